@@ -1,0 +1,38 @@
+"""Vendor matmul on the CPU: NumPy's BLAS GEMM, then the epilogue composed from NumPy ops."""
+from __future__ import annotations
+
+import numpy as np
+
+from arbiter.candidates import Candidate, Tier, register
+from arbiter.candidates.cpu._common import accumulate_dtype, activation_inplace, blas_identity
+
+
+class NumpyMatmul(Candidate):
+    name = "numpy_matmul"
+    target = "cpu"
+    op = "matmul"
+    tier = Tier.HAND_TUNED
+
+    def run(self, region, params):
+        out = region.alloc_out()
+        acc = accumulate_dtype(out.dtype)
+        a, b = region.a, region.b
+        if acc == out.dtype:
+            z = np.matmul(a, b, out=out)
+        else:  # half precision: multiply in float32, round once at the end
+            z = np.matmul(a.astype(acc), b.astype(acc))
+        if region.bias is not None:
+            z += region.bias
+        activation_inplace(region.activation, z)
+        if region.residual is not None:
+            z += region.residual
+        if z is not out:
+            out[...] = z
+        return out
+
+    def source(self):
+        # The BLAS library and its version are part of what computes the result.
+        return super().source() + blas_identity()
+
+
+register(NumpyMatmul())

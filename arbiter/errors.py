@@ -1,0 +1,43 @@
+"""Every error the arbiter raises on purpose. Each names what is at fault."""
+from __future__ import annotations
+
+
+class ArbiterError(Exception):
+    """Base of all kernel-arbiter errors."""
+
+
+class RegionError(ArbiterError, ValueError):
+    """A region's operands or attributes are invalid; ``argument`` names the one at fault."""
+
+    def __init__(self, argument: str, message: str):
+        self.argument = argument
+        super().__init__(f"{argument}: {message}")
+
+
+class NoCandidateError(ArbiterError, LookupError):
+    """No candidate may serve a problem key; the message lists every candidate and why."""
+
+    def __init__(self, key, rows):
+        self.key = key
+        self.rows = rows
+        lines = [f"no candidate can serve {key}:"]
+        if not rows:
+            lines.append("  (no candidate is registered for this target and op)")
+        for row in rows:
+            lines.append(f"  {row.label:<40} {row.status:<9} {row.reason}")
+        super().__init__("\n".join(lines))
+
+
+class StrictMissError(ArbiterError, LookupError):
+    """Policy ``strict``: the key has no stored solution, and strict forbids deciding now."""
+
+    def __init__(self, key):
+        self.key = key
+        super().__init__(
+            f"policy 'strict': no stored solution for {key}; "
+            f"run `arbiter tune` for it, or dispatch with policy='tier'"
+        )
+
+
+class RegistryError(ArbiterError, RuntimeError):
+    """The persistent registry cannot be used; the message names the file and the fix."""

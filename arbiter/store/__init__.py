@@ -1,0 +1,137 @@
+"""The store: where verdicts, measurements, solutions and counters persist.
+
+``Store`` is the contract the core uses; ``MemoryStore`` keeps everything in
+this process, and ``arbiter.store.sql`` keeps it in a SQLAlchemy database
+(SQLite ``registry.db`` by default). The core never imports SQLAlchemy itself,
+and nothing on the dispatch hot path touches a store.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+
+@dataclass(frozen=True)
+class VerdictKey:
+    identity: str  # the candidate's code identity
+    params: str  # params_id of the solution index
+    key: str  # ProblemKey.id
+    env: str  # EnvironmentKey.fingerprint
+
+
+@dataclass
+class SolutionRecord:
+    """A stored winner for one problem key under one environment."""
+
+    key: str
+    candidate: str
+    identity: str
+    params: dict
+    policy: str  # "tier" | "measured" | "forced"
+    env: str
+    margin: float | None = None  # measured: runner-up time / winner time - 1
+    note: str = ""
+    created: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
+
+
+@dataclass
+class CountDelta:
+    key: str
+    candidate: str
+    params: str
+    env: str
+    hits: int = 0
+    misses: int = 0
+    fallbacks: int = 0
+
+
+class Store:
+    """What the arbiter needs from persistence. All methods are safe to call from any thread."""
+
+    def load_verdict(self, vkey: VerdictKey):
+        raise NotImplementedError
+
+    def save_verdict(self, vkey: VerdictKey, verdict, candidate) -> None:
+        raise NotImplementedError
+
+    def load_solution(self, key: str, env: str) -> SolutionRecord | None:
+        raise NotImplementedError
+
+    def save_solution(self, record: SolutionRecord, environment=None) -> None:
+        raise NotImplementedError
+
+    def solutions(self, env: str | None = None) -> list[SolutionRecord]:
+        raise NotImplementedError
+
+    def save_measurements(self, key: str, env: str, measurements: list) -> None:
+        raise NotImplementedError
+
+    def add_counts(self, deltas: list[CountDelta]) -> None:
+        raise NotImplementedError
+
+    def counts(self) -> list[CountDelta]:
+        raise NotImplementedError
+
+    def record_key(self, key: str, dims: dict, env: str) -> None:
+        raise NotImplementedError
+
+    def recorded_keys(self) -> list[tuple[str, dict]]:
+        raise NotImplementedError
+
+
+class MemoryStore(Store):
+    """Everything in this process; gone at exit."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._verdicts: dict[VerdictKey, object] = {}
+        self._solutions: dict[tuple[str, str], SolutionRecord] = {}
+        self._measurements: dict[tuple[str, str], list] = {}
+        self._counts: dict[tuple[str, str, str, str], CountDelta] = {}
+        self._recorded: dict[str, dict] = {}
+
+    def load_verdict(self, vkey):
+        return self._verdicts.get(vkey)
+
+    def save_verdict(self, vkey, verdict, candidate):
+        with self._lock:
+            self._verdicts[vkey] = verdict
+
+    def load_solution(self, key, env):
+        return self._solutions.get((key, env))
+
+    def save_solution(self, record, environment=None):
+        with self._lock:
+            self._solutions[(record.key, record.env)] = record
+
+    def solutions(self, env=None):
+        return [r for (k, e), r in self._solutions.items() if env is None or e == env]
+
+    def save_measurements(self, key, env, measurements):
+        with self._lock:
+            self._measurements[(key, env)] = list(measurements)
+
+    def add_counts(self, deltas):
+        with self._lock:
+            for d in deltas:
+                slot = self._counts.setdefault((d.key, d.candidate, d.params, d.env),
+                                               CountDelta(d.key, d.candidate, d.params, d.env))
+                slot.hits += d.hits
+                slot.misses += d.misses
+                slot.fallbacks += d.fallbacks
+
+    def counts(self):
+        return list(self._counts.values())
+
+    def record_key(self, key, dims, env):
+        with self._lock:
+            self._recorded.setdefault(key, dict(dims))
+
+    def recorded_keys(self):
+        return list(self._recorded.items())
+
+
+def default_store() -> Store:
+    """The store a process uses when none was configured."""
+    return MemoryStore()

@@ -1,0 +1,56 @@
+"""Built-in problem suites: what the main job (``arbiter run``) and ``arbiter tune --suite`` use.
+
+A suite is a list of ``Problem`` descriptions (op, dims, dtype, attrs); a region
+is built from one with seeded random data on a target.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from arbiter.ops import op_kind
+
+
+@dataclass(frozen=True)
+class Problem:
+    op: str
+    dims: dict
+    dtype: str = "float32"
+    attrs: dict = field(default_factory=dict)
+
+    def region(self, target: str = "cpu", seed: int = 0):
+        kind = op_kind(self.op)
+        return kind.region_type.random(target, self.dtype, self.dims, self.attrs, rng=np.random.default_rng(seed))
+
+    @property
+    def label(self) -> str:
+        attrs = ",".join(f"{k}={v}" for k, v in self.attrs.items())
+        return f"{self.op} {'x'.join(str(v) for v in self.dims.values())} {self.dtype}" + (f" [{attrs}]" if attrs else "")
+
+
+def mm(m, n, k, dtype="float32", **attrs) -> Problem:
+    return Problem("matmul", {"m": m, "n": n, "k": k}, dtype, attrs)
+
+
+def rows(op, r, c, dtype="float32", **attrs) -> Problem:
+    return Problem(op, {"rows": r, "cols": c}, dtype, attrs)
+
+
+SUITES: dict[str, list[Problem]] = {
+    # Small enough for a 2-core CI machine in seconds, varied enough to exercise every candidate.
+    "quick": [
+        mm(64, 64, 64), mm(257, 129, 65), mm(512, 1, 512), mm(1, 512, 512),
+        mm(256, 256, 256, activation="gelu", bias="1"), mm(200, 300, 100, activation="silu", bias="1", residual="1"),
+        mm(128, 128, 128, "float64"), mm(96, 80, 72, "float16", activation="relu"),
+        rows("softmax", 64, 1000), rows("softmax", 512, 4096), rows("softmax", 33, 129, "float64"),
+        rows("softmax", 128, 2048, "float16"),
+        rows("rmsnorm", 64, 1000), rows("rmsnorm", 512, 4096), rows("rmsnorm", 33, 129, "float64"),
+    ],
+}
+
+
+def suite(name: str) -> list[Problem]:
+    if name not in SUITES:
+        raise ValueError(f"suite: unknown suite {name!r}; known: {', '.join(sorted(SUITES))}")
+    return SUITES[name]

@@ -1,0 +1,116 @@
+"""The ``cpu`` target: NumPy arrays on the host."""
+from __future__ import annotations
+
+import os
+import platform
+
+import numpy as np
+
+from arbiter.targets import Target
+
+
+def _bfloat16():
+    try:
+        import ml_dtypes
+    except ImportError:
+        return None
+    return np.dtype(ml_dtypes.bfloat16)
+
+
+BFLOAT16 = _bfloat16()
+
+
+def np_dtype(name: str) -> np.dtype:
+    if name == "bfloat16":
+        if BFLOAT16 is None:
+            raise ValueError("dtype: bfloat16 on the cpu target needs the ml_dtypes package")
+        return BFLOAT16
+    return np.dtype(name)
+
+
+def blas_info() -> dict[str, str]:
+    """BLAS vendor, version and thread count as threadpoolctl reports them."""
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return {"blas": "unknown", "blas_version": "unknown", "blas_threads": "unknown"}
+    for lib in threadpool_info():
+        if lib.get("user_api") == "blas":
+            return {
+                "blas": f"{lib.get('internal_api')}",
+                "blas_version": f"{lib.get('version')}",
+                "blas_threads": str(lib.get("num_threads")),
+            }
+    return {"blas": "none", "blas_version": "none", "blas_threads": "0"}
+
+
+def cpu_model() -> tuple[str, str]:
+    """(model name, a digest of the ISA flags that matter to kernels)."""
+    model, flags = platform.processor() or platform.machine(), ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name") and ":" in line:
+                    model = line.split(":", 1)[1].strip()
+                elif line.startswith(("flags", "Features")) and ":" in line:
+                    flags = line.split(":", 1)[1]
+                if model and flags:
+                    break
+    except OSError:
+        pass
+    wanted = ("avx", "avx2", "fma", "avx512f", "avx512bw", "avx512_bf16", "avx512_fp16",
+              "amx_tile", "amx_bf16", "sve", "asimd", "neon")
+    present = sorted(set(flags.split()) & set(wanted))
+    return model, " ".join(present)
+
+
+class CpuTarget(Target):
+    name = "cpu"
+
+    def available(self):
+        return True
+
+    def owns(self, array):
+        if isinstance(array, np.ndarray):
+            return True
+        return type(array).__module__.startswith("torch") and array.device.type == "cpu"
+
+    def adopt(self, array):
+        if isinstance(array, np.ndarray):
+            return array, None
+        import torch  # only reached for a torch tensor, so torch is present
+
+        return array.numpy(), torch.from_numpy  # zero-copy both ways on the host
+
+    def to_host(self, array):
+        return np.asarray(array)
+
+    def from_host(self, array, dtype, order="C"):
+        out = np.asarray(array).astype(np_dtype(dtype))
+        return np.asfortranarray(out) if order == "F" else np.ascontiguousarray(out)
+
+    def full(self, shape, value, dtype):
+        return np.full(shape, value, dtype=np_dtype(dtype))
+
+    def environment(self):
+        model, flags = cpu_model()
+        env = {
+            "device": model,
+            "arch": f"{platform.machine()} {flags}".strip(),
+            "os": f"{platform.system()} {platform.release()}",
+            "python": platform.python_version(),
+            "numpy": np.__version__,
+            "cpu_count": str(os.cpu_count()),
+        }
+        env.update(blas_info())
+        try:
+            import numba
+
+            env["numba"] = numba.__version__
+            env["numba_threads"] = str(numba.config.NUMBA_NUM_THREADS)
+        except ImportError:
+            env["numba"] = "absent"
+        return env
+
+
+TARGET = CpuTarget()
