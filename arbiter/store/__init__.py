@@ -36,6 +36,22 @@ class SolutionRecord:
 
 
 @dataclass
+class MeasurementRecord:
+    """One timed solution for one key: the figures of an ``arbiter.timing.Measurement`` plus who was timed."""
+
+    candidate: str
+    params: dict
+    mode: str  # "device" | "latency"
+    median_s: float
+    p20_s: float
+    p80_s: float
+    spread: float  # (p80 - p20) / median
+    reps: int
+    warmup_s: float
+    screened: bool = False  # stopped early, far slower than the best so far
+
+
+@dataclass
 class CountDelta:
     key: str
     candidate: str
@@ -64,7 +80,11 @@ class Store:
     def solutions(self, env: str | None = None) -> list[SolutionRecord]:
         raise NotImplementedError
 
-    def save_measurements(self, key: str, env: str, measurements: list) -> None:
+    def save_measurements(self, key: str, env: str, measurements: list[MeasurementRecord]) -> None:
+        """Replace the measurements of ``key`` under ``env`` with these."""
+        raise NotImplementedError
+
+    def load_measurements(self, key: str, env: str) -> list[MeasurementRecord]:
         raise NotImplementedError
 
     def add_counts(self, deltas: list[CountDelta]) -> None:
@@ -111,6 +131,9 @@ class MemoryStore(Store):
     def save_measurements(self, key, env, measurements):
         with self._lock:
             self._measurements[(key, env)] = list(measurements)
+
+    def load_measurements(self, key, env):
+        return list(self._measurements.get((key, env), ()))
 
     def add_counts(self, deltas):
         with self._lock:
