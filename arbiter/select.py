@@ -52,7 +52,8 @@ class Decision:
         for row in self.rows:
             mark = "*" if row is self.winner else " "
             detail = row.reason or (str(row.verdict) if row.verdict else "")
-            lines.append(f" {mark} {row.label:<38} {row.candidate.tier.name:<11} {row.status:<9} {detail}")
+            timing = f"  {row.timing}" if row.timing is not None else ""
+            lines.append(f" {mark} {row.label:<38} {row.candidate.tier.name:<11} {row.status:<9} {detail}{timing}")
         return "\n".join(lines)
 
 

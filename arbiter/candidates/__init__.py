@@ -190,6 +190,7 @@ class CandidateRegistry:
             listener()
 
     def unregister(self, name: str, target: str, op: str) -> Candidate:
+        self.load_builtin(target)
         with self._lock:
             found = self._by_target_op.get((target, op), {}).pop(name, None)
             if found is None:

@@ -1,0 +1,117 @@
+"""Measured selection for one problem key (DESIGN.md contracts 2 and 3).
+
+``tune_region(region, store)``: gate every solution (every candidate, every
+parameter set), time each one that passed, and decide:
+
+* the fastest solution becomes the key's solution with policy ``measured`` when
+  its margin over the next (or, when it is not the tier default, over the tier
+  default) beats the noise: ``margin > SEPARATION x max(spread of the two)``;
+* otherwise the tier default stays, policy ``tier``, noted "not separated".
+
+Measurements (both modes on GPUs), the verdicts and the solution are persisted.
+"""
+from __future__ import annotations
+
+import time
+
+from arbiter import select
+from arbiter.candidates import params_id
+from arbiter.store import MeasurementRecord, SolutionRecord
+from arbiter.timing import measure
+
+SEPARATION = 2.0  # a margin must exceed twice the relative spread to count
+
+
+def _record(row, m) -> MeasurementRecord:
+    return MeasurementRecord(row.candidate.name, row.params, m.mode, m.median_s, m.p20_s, m.p80_s, m.spread,
+                             m.reps, m.warmup_s, m.screened)
+
+
+def separated(fast, slow) -> tuple[bool, float]:
+    """(whether ``fast`` beats ``slow`` beyond the noise, the margin slow/fast - 1)."""
+    margin = slow.median_s / fast.median_s - 1.0
+    return margin > SEPARATION * max(fast.spread, slow.spread), margin
+
+
+def tune_region(region, store, *, mode: str = "device", budget_s: float | None = None, progress=None):
+    """Gate and time every solution for ``region``'s key; persist and return the ``Decision``.
+
+    ``budget_s`` caps the timing of the whole key (split evenly over the solutions that passed).
+    ``progress(row, measurement)`` is called after each solution is timed.
+    """
+    decision = select.decide(region, store, gate_all=True, all_params=True)
+    passed = [r for r in decision.rows if r.status == "passed"]
+    default = decision.winner  # the tier default
+    cap = 1.0 if budget_s is None else max(0.05, budget_s / max(len(passed), 1))
+    modes = [mode] if region.target == "cpu" else ["device", "latency"]
+    records, best = [], None
+    # Time the tier default first, so early screening has a baseline from the start.
+    for row in [default] + [r for r in passed if r is not default]:
+        m = measure(row.candidate, row.params, region, mode=mode, time_cap_s=cap, best_so_far=best)
+        row.timing = m
+        records.append(_record(row, m))
+        if region.target == "cpu":  # one run serves both modes on the CPU (see arbiter.timing)
+            records.append(_record(row, m.__class__(**{**m.__dict__, "mode": "latency"})))
+        else:
+            for other in modes:
+                if other != mode and not m.screened:
+                    records.append(_record(row, measure(row.candidate, row.params, region, mode=other,
+                                                        time_cap_s=cap)))
+        if not m.screened and (best is None or m.median_s < best):
+            best = m.median_s
+        if progress is not None:
+            progress(row, m)
+
+    timed = sorted((r for r in passed if not r.timing.screened), key=lambda r: r.timing.median_s)
+    for rank, row in enumerate(timed, 1):
+        row.rank = rank
+    fastest = timed[0]
+    if fastest is default:
+        rival = timed[1] if len(timed) > 1 else None
+    else:
+        rival = default
+    if rival is None:
+        ok, margin = True, None
+        note = "only one solution passed the gate"
+    else:
+        ok, margin = separated(fastest.timing, rival.timing)
+        note = "" if ok else (f"not separated: {fastest.label} {margin * 100:+.1f}% vs {rival.label}, "
+                              f"spread {max(fastest.timing.spread, rival.timing.spread) * 100:.1f}%")
+    if ok and rival is not None:
+        chosen, policy = fastest, "measured"
+    elif rival is None:
+        chosen, policy = fastest, "measured"
+    else:
+        chosen, policy = default, "tier"
+    decision.winner, decision.policy, decision.note, decision.margin = chosen, policy, note, margin
+    store.save_measurements(region.key.id, decision.env.fingerprint, records)
+    store.save_solution(SolutionRecord(region.key.id, chosen.candidate.name, chosen.candidate.identity(),
+                                       chosen.params, policy, decision.env.fingerprint, margin=margin, note=note),
+                        decision.env)
+    return decision
+
+
+def explain_rows(decision, store) -> list[dict]:
+    """Plain rows for ``arbiter explain``: every solution, its exclusion or verdict, and stored timings."""
+    stored = {(m.candidate, params_id(m.params), m.mode): m
+              for m in store.load_measurements(decision.key.id, decision.env.fingerprint)}
+    rows = []
+    for row in decision.rows:
+        pid = params_id(row.params)
+        dev, lat = stored.get((row.candidate.name, pid, "device")), stored.get((row.candidate.name, pid, "latency"))
+        rows.append({
+            "solution": row.label, "tier": row.candidate.tier.name, "status": row.status, "reason": row.reason,
+            "rel_error": None if row.verdict is None else row.verdict.rel_error,
+            "device_us": None if dev is None else dev.median_s * 1e6,
+            "latency_us": None if lat is None else lat.median_s * 1e6,
+            "spread": None if dev is None else dev.spread,
+            "screened": bool(dev and dev.screened),
+            "winner": row is decision.winner,
+        })
+    return rows
+
+
+def budget_clock(budget_s: float | None):
+    """A function telling whether the overall ``--budget-seconds`` is spent."""
+    end = None if budget_s is None else time.perf_counter() + budget_s
+    return lambda: end is not None and time.perf_counter() > end
