@@ -39,6 +39,7 @@ class Region:
     """Base of all region types. Subclasses set ``op`` and fill the slots via ``_finish``."""
 
     op: ClassVar[str] = ""
+    DIMS: ClassVar[tuple[str, ...]] = ()  # the named dimensions, in the order `--shape AxBxC` gives them
     # Per-dimension bucket policies; a dimension not named here uses POW2.
     bucket_policy: ClassVar[dict] = {}
 
@@ -174,6 +175,7 @@ class Matmul(Region):
     """
 
     op = "matmul"
+    DIMS = ("m", "n", "k")
     __slots__ = ("a", "b", "bias", "activation", "residual")
 
     def __init__(self, a, b, bias=None, activation: str = "none", residual=None, *, out=None):
@@ -253,6 +255,7 @@ def _flag(value) -> bool:
 class _RowRegion(Region):
     """Shared validation of ops that reduce over one axis of ``x`` (softmax, norms)."""
 
+    DIMS = ("rows", "cols")
     __slots__ = ("x", "axis")
 
     def _rows(self, x, axis: int):

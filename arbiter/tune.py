@@ -6,7 +6,8 @@ parameter set), time each one that passed, and decide:
 * the fastest solution becomes the key's solution with policy ``measured`` when
   its margin over the next (or, when it is not the tier default, over the tier
   default) beats the noise: ``margin > SEPARATION x max(spread of the two)``;
-* otherwise the tier default stays, policy ``tier``, noted "not separated".
+* otherwise the tier default stays, policy ``tier``, noted "not separated"
+  (or "only one solution passed the gate").
 
 Measurements (both modes on GPUs), the verdicts and the solution are persisted.
 """
@@ -77,12 +78,8 @@ def tune_region(region, store, *, mode: str = "device", budget_s: float | None =
         ok, margin = separated(fastest.timing, rival.timing)
         note = "" if ok else (f"not separated: {fastest.label} {margin * 100:+.1f}% vs {rival.label}, "
                               f"spread {max(fastest.timing.spread, rival.timing.spread) * 100:.1f}%")
-    if ok and rival is not None:
-        chosen, policy = fastest, "measured"
-    elif rival is None:
-        chosen, policy = fastest, "measured"
-    else:
-        chosen, policy = default, "tier"
+    # Only a separated winner is "measured"; a lone solution or a tie leaves the tier default in charge.
+    chosen, policy = (fastest, "measured") if ok and rival is not None else (default, "tier")
     decision.winner, decision.policy, decision.note, decision.margin = chosen, policy, note, margin
     store.save_measurements(region.key.id, decision.env.fingerprint, records)
     store.save_solution(SolutionRecord(region.key.id, chosen.candidate.name, chosen.candidate.identity(),

@@ -1,6 +1,7 @@
 """The ``arbiter`` command line (Typer). One module per command group:
 
 * ``arbiter.cli.run``: ``arbiter run``, the main job (arbitrate a built-in suite, print decisions and counters);
+* ``arbiter.cli.tune``: ``arbiter tune`` and ``arbiter explain`` (measured selection);
 
 Each module adds its commands to ``app`` when imported below.
 """
@@ -23,6 +24,7 @@ def _root(db: str = typer.Option(None, "--db", help="Registry: a file path or SQ
 
 
 from arbiter.cli import run as _run  # noqa: E402,F401  (registers commands)
+from arbiter.cli import tune as _tune  # noqa: E402,F401
 
 
 def main() -> None:

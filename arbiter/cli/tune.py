@@ -1,0 +1,219 @@
+"""``arbiter tune`` and ``arbiter explain``: measured selection from the command line."""
+from __future__ import annotations
+
+import json
+from typing import List, Optional
+
+import numpy as np
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from arbiter import dispatch, select
+from arbiter import env as envmod
+from arbiter.candidates import REGISTRY
+from arbiter.cli import app
+from arbiter.errors import NoCandidateError
+from arbiter.keys import ProblemKey
+from arbiter.ops import op_kind
+from arbiter.suite import Problem, suite as get_suite
+from arbiter.tune import budget_clock, explain_rows, tune_region
+
+
+def parse_shape(op: str, text: str) -> dict:
+    """'512x512x512' -> {'m': 512, 'n': 512, 'k': 512} in the op's dimension order."""
+    names = op_kind(op).region_type.DIMS
+    try:
+        values = [int(v) for v in text.lower().split("x")]
+    except ValueError:
+        raise typer.BadParameter(f"{text!r} is not like 512x512x512", param_hint="--shape") from None
+    if len(values) != len(names) or any(v < 0 for v in values):
+        raise typer.BadParameter(f"{op} takes {len(names)} non-negative sizes ({'x'.join(names)}), got {text!r}",
+                                 param_hint="--shape")
+    return dict(zip(names, values))
+
+
+def problems_from_options(op, shapes, dtypes, activation, bias, residual) -> list[Problem]:
+    attrs = {}
+    if op == "matmul":
+        attrs = {"activation": activation, "bias": "1" if bias else "0", "residual": "1" if residual else "0"}
+    return [Problem(op, parse_shape(op, s), d, attrs) for s in shapes for d in dtypes]
+
+
+def _fmt_us(seconds: float | None) -> str:
+    return "" if seconds is None else f"{seconds * 1e6:,.1f}"
+
+
+def autotune_table(problem_label: str, decision) -> Table:
+    table = Table(title=f"AUTOTUNE {problem_label}", title_justify="left")
+    for col in ("solution", "tier", "verdict", "median µs", "spread", "reps", ""):
+        table.add_column(col)
+    for row in decision.rows:
+        m = row.timing
+        verdict = row.reason if row.status != "passed" else f"pass {row.verdict.rel_error:.1e}"
+        table.add_row(row.label, row.candidate.tier.name, verdict[:60],
+                      _fmt_us(m.median_s) if m else "", f"{m.spread * 100:.1f}%" if m else "",
+                      f"{m.reps}{' screened' if m.screened else ''}" if m else "",
+                      "WINNER" if row is decision.winner else "")
+    table.caption = f"policy {decision.policy}" + (f"; margin {decision.margin * 100:+.1f}%" if decision.margin
+                                                    is not None else "") + (f"; {decision.note}" if decision.note else "")
+    return table
+
+
+def _stale_problems(target: str) -> list[Problem]:
+    """Keys whose stored solution was measured under another environment, at their bucket bounds."""
+    st = dispatch.store()
+    current = envmod.environment(target).fingerprint
+    found = {}
+    for record in st.solutions():
+        if record.env == current:
+            continue
+        key = ProblemKey.parse(record.key)
+        if key.target == target and key.id not in found:
+            found[key.id] = Problem(key.op, {n: max(v, 1) for n, v in key.bucket}, key.dtype, dict(key.attrs))
+    return list(found.values())
+
+
+def _recorded_problems(target: str) -> list[Problem]:
+    out = []
+    for key_id, dims in dispatch.store().recorded_keys():
+        key = ProblemKey.parse(key_id)
+        if key.target == target:
+            out.append(Problem(key.op, dict(dims), key.dtype, dict(key.attrs)))
+    return out
+
+
+@app.command()
+def tune(
+    op: Optional[str] = typer.Option(None, help="Op to tune: matmul, softmax, rmsnorm, ..."),
+    shape: List[str] = typer.Option([], help="Shape(s) like 512x512x512 (matmul MxNxK) or 4096x1024 (rows x cols)."),
+    dtype: List[str] = typer.Option(["float32"], help="Dtype(s)."),
+    activation: str = typer.Option("none", help="matmul epilogue activation."),
+    bias: bool = typer.Option(False, help="matmul epilogue: add a bias."),
+    residual: bool = typer.Option(False, help="matmul epilogue: add a residual."),
+    suite: Optional[str] = typer.Option(None, help="Tune a built-in suite instead of --op/--shape."),
+    from_recorded: bool = typer.Option(False, "--from-recorded", help="Tune the keys recorded by policy 'record'."),
+    retune_stale: bool = typer.Option(False, "--retune-stale", help="Also tune keys whose solution is stale here."),
+    target: str = typer.Option("cpu", help="Target: cpu, nvidia or rocm."),
+    mode: str = typer.Option("device", help="Timing mode that decides: device or latency."),
+    budget_seconds: Optional[float] = typer.Option(None, help="Stop starting new keys after this many seconds."),
+    force: bool = typer.Option(False, help="Re-tune keys that already have a measured solution here."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="List the keys that would be tuned; tune nothing."),
+):
+    """Gate and time every solution per key; persist measured winners. Resumable: keys already tuned are skipped."""
+    console = Console()
+    from arbiter import targets
+
+    available = targets.get(target).available()
+    if available is not True:
+        console.print(f"[red]target {target!r} is unavailable: {available}[/red]")
+        raise typer.Exit(2)
+    problems: list[Problem] = []
+    if suite:
+        problems += get_suite(suite)
+    if op:
+        if not shape:
+            raise typer.BadParameter("give at least one --shape with --op", param_hint="--shape")
+        problems += problems_from_options(op, shape, dtype, activation, bias, residual)
+    if from_recorded:
+        problems += _recorded_problems(target)
+    if retune_stale:
+        problems += _stale_problems(target)
+    if not problems:
+        raise typer.BadParameter("nothing to tune: give --op/--shape, --suite, --from-recorded or --retune-stale")
+
+    st = dispatch.store()
+    env = envmod.environment(target)
+    spent = budget_clock(budget_seconds)
+    todo, seen = [], set()
+    for i, problem in enumerate(problems):
+        region = problem.region(target, seed=i)
+        if region.key.id in seen:
+            continue
+        seen.add(region.key.id)
+        if st.load_measurements(region.key.id, env.fingerprint) and not force:
+            done = st.load_solution(region.key.id, env.fingerprint)
+            console.print(f"skip {problem.label}: tuned already ({done.candidate if done else '?'}); --force re-tunes")
+            continue
+        todo.append((problem, region))
+    if dry_run:
+        for problem, region in todo:
+            console.print(f"would tune {problem.label}  [{region.key.id}]")
+        return
+    tuned = 0
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                  TimeElapsedColumn(), console=console, transient=True) as progress:
+        keys_task = progress.add_task("keys", total=len(todo))
+        for problem, region in todo:
+            if spent():
+                console.print(f"[yellow]--budget-seconds reached; {len(todo) - tuned} key(s) left for the next run[/]")
+                break
+            n = sum(len(c.param_space()) for c in REGISTRY.candidates(region.target, region.op))
+            cand_task = progress.add_task(f"  {problem.label}", total=n)
+            try:
+                decision = tune_region(region, st, mode=mode,
+                                       progress=lambda row, m: progress.advance(cand_task))
+            except NoCandidateError as exc:
+                console.print(f"[red]{exc}[/red]")
+                continue
+            finally:
+                progress.remove_task(cand_task)
+            console.print(autotune_table(problem.label, decision))
+            tuned += 1
+            progress.advance(keys_task)
+    console.print(f"tuned {tuned} key(s) on {target}; registry: {getattr(st, 'url', type(st).__name__)}")
+
+
+@app.command()
+def explain(
+    op: str = typer.Option(..., help="Op: matmul, softmax, rmsnorm, ..."),
+    shape: str = typer.Option(..., help="Shape like 512x512x512 (matmul MxNxK) or 4096x1024 (rows x cols)."),
+    dtype: str = typer.Option("float32", help="Dtype."),
+    activation: str = typer.Option("none", help="matmul epilogue activation."),
+    bias: bool = typer.Option(False, help="matmul epilogue: add a bias."),
+    residual: bool = typer.Option(False, help="matmul epilogue: add a residual."),
+    target: str = typer.Option("cpu", help="Target: cpu, nvidia or rocm."),
+    source: Optional[str] = typer.Option(None, help="Also print the code of this candidate (e.g. a synthesized kernel)."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+):
+    """For one key: every solution with its exclusion reason, verdict and error, stored timings, and why the winner won."""
+    console = Console()
+    [problem] = problems_from_options(op, [shape], [dtype], activation, bias, residual)
+    region = problem.region(target)
+    st = dispatch.store()
+    try:
+        decision = select.decide(region, st, gate_all=True, all_params=True)
+    except NoCandidateError as exc:
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(1)
+    stored = st.load_solution(region.key.id, decision.env.fingerprint)
+    rows = explain_rows(decision, st)
+    if stored is not None:
+        for row, r in zip(rows, decision.rows):
+            row["winner"] = r.candidate.name == stored.candidate and r.params == stored.params
+    why = (f"stored solution {stored.candidate} {stored.params or ''}: policy {stored.policy}"
+           + (f", margin {stored.margin * 100:+.1f}%" if stored.margin is not None else "")
+           + (f" ({stored.note})" if stored.note else "")) if stored else \
+        f"no stored solution; tier priority would choose {decision.winner.label}"
+    if as_json:
+        print(json.dumps({"key": region.key.id, "why": why, "rows": rows}, indent=2, default=str))
+        return
+    table = Table(title=f"EXPLAIN {problem.label}  [{region.key.id}]", title_justify="left")
+    for col in ("solution", "tier", "status", "reason / rel error", "device µs", "latency µs", "spread", ""):
+        table.add_column(col)
+    for r in rows:
+        detail = r["reason"] or (f"{r['rel_error']:.2e}" if r["rel_error"] is not None and
+                                 not np.isnan(r["rel_error"]) else "")
+        table.add_row(r["solution"], r["tier"], r["status"], detail[:70], _fmt_us(r["device_us"] and
+                      r["device_us"] * 1e-6), _fmt_us(r["latency_us"] and r["latency_us"] * 1e-6),
+                      f"{r['spread'] * 100:.1f}%" if r["spread"] is not None else "",
+                      ("WINNER" + (" (screened)" if r["screened"] else "")) if r["winner"] else "")
+    table.caption = why
+    console.print(table)
+    if source:
+        cand = REGISTRY.get(source, target, op)
+        if cand is None:
+            raise typer.BadParameter(f"no candidate {source!r} for {target}/{op}", param_hint="--source")
+        render = getattr(cand, "source_for", None)
+        console.print(render(region) if render else cand.source(), markup=False, highlight=False)

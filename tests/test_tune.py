@@ -1,0 +1,154 @@
+"""Measured selection: separation, persistence of measurements, the bucket ladder, miss policies."""
+import time
+
+import numpy as np
+import pytest
+
+import arbiter
+from arbiter import Candidate, Tier, dispatch
+from arbiter.regions import Matmul
+from arbiter.timing import Measurement, measure
+from arbiter.tune import separated, tune_region
+
+
+def mm(region):
+    out = region.alloc_out()
+    np.matmul(region.a, region.b, out=out)
+    return out
+
+
+class SlowVendor(Candidate):
+    """Correct, but pays 3 ms of 'library overhead' per call: the tier default that measurement beats."""
+
+    name, target, op, tier, priority = "slow_vendor", "cpu", "matmul", Tier.HAND_TUNED, 50
+
+    def run(self, region, params):
+        time.sleep(0.003)
+        return mm(region)
+
+
+class FastEmitted(Candidate):
+    name, target, op, tier = "fast_emitted", "cpu", "matmul", Tier.EMITTED
+
+    def param_space(self):
+        return [{"variant": 1}, {"variant": 2}]
+
+    def run(self, region, params):
+        return mm(region)
+
+
+class TwinEmitted(Candidate):
+    """The same code as the vendor: within noise of it."""
+
+    name, target, op, tier = "twin_emitted", "cpu", "matmul", Tier.EMITTED
+
+    def run(self, region, params):
+        time.sleep(0.003)
+        return mm(region)
+
+
+@pytest.fixture
+def pair():
+    made = [arbiter.register(SlowVendor()), arbiter.register(FastEmitted())]
+    yield
+    for c in made:
+        arbiter.unregister(c.name, c.target, c.op)
+
+
+def small(m=24, n=24, k=24):
+    return Matmul.random("cpu", "float32", {"m": m, "n": n, "k": k})
+
+
+def test_separation_rule():
+    def m(median, spread):
+        return Measurement("device", median, median, median, spread, 10, 0.0)
+
+    assert separated(m(1.0, 0.01), m(1.5, 0.02)) == (True, pytest.approx(0.5))
+    assert separated(m(1.0, 0.10), m(1.15, 0.05))[0] is False  # 15% < 2 x 10% spread
+
+
+def test_measured_winner_displaces_the_tier_default(pair):
+    r = small()
+    decision = tune_region(r, dispatch.store())
+    assert decision.policy == "measured"
+    assert decision.winner.candidate.name in ("fast_emitted", "numpy_matmul")
+    assert decision.winner.candidate.name != "slow_vendor"
+    assert decision.margin > 0
+    stored = dispatch.store().load_solution(r.key.id, decision.env.fingerprint)
+    assert stored.policy == "measured" and stored.candidate == decision.winner.candidate.name
+    timed = dispatch.store().load_measurements(r.key.id, decision.env.fingerprint)
+    labels = {(t.candidate, str(t.params), t.mode) for t in timed}
+    # every parameter set is its own solution, measured and stored, under both modes
+    assert ("fast_emitted", "{'variant': 1}", "device") in labels
+    assert ("fast_emitted", "{'variant': 2}", "latency") in labels
+    # dispatch serves the stored measured solution
+    arbiter.run_arbitrated("matmul", small(20, 17, 30))
+    [row] = [s for s in arbiter.stats() if s["key"] == r.key.id]
+    assert row["policy"] == "measured" and row["misses"] == 1
+
+
+def test_within_noise_keeps_the_tier_default():
+    arbiter.register(SlowVendor())
+    arbiter.register(TwinEmitted())
+    vendor = arbiter.unregister("numpy_matmul", "cpu", "matmul")
+    try:
+        decision = tune_region(small(), dispatch.store())
+        assert decision.winner.candidate.name == "slow_vendor"
+        assert decision.policy == "tier"
+        assert decision.note.startswith("not separated")
+    finally:
+        arbiter.unregister("slow_vendor", "cpu", "matmul")
+        arbiter.unregister("twin_emitted", "cpu", "matmul")
+        arbiter.register(vendor)
+
+
+def test_screening_stops_a_far_slower_candidate_early():
+    m = measure(SlowVendor(), {}, small(), best_so_far=1e-5)
+    assert m.screened and m.reps == 3
+
+
+def test_unavailable_after_tuning_falls_back_and_counts_it(pair, monkeypatch):
+    r = small()
+    winner = tune_region(r, dispatch.store()).winner.candidate
+    dispatch.reset()  # a new process: nothing installed, the store remembers
+    monkeypatch.setattr(type(winner), "available", lambda self: "driver went away")
+    arbiter.run_arbitrated("matmul", r)
+    [row] = [s for s in arbiter.stats() if s["key"] == r.key.id]
+    assert row["solution"] != winner.name and row["fallbacks"] == 1 and row["misses"] == 0
+
+
+def test_ladder_uses_the_nearest_tuned_buckets_winner(pair):
+    unregister = arbiter.unregister("numpy_matmul", "cpu", "matmul")
+    try:
+        tuned = tune_region(small(24, 24, 24), dispatch.store())
+        assert tuned.winner.candidate.name == "fast_emitted"
+        far = small(100, 24, 24)  # m bucket 128: unseen
+        arbiter.run_arbitrated("matmul", far)
+        route = dispatch._table[far.key.id]
+        assert route.candidate.name == "fast_emitted" and route.params == tuned.winner.params
+        # a bucket whose nearest winner does not apply falls back to tier priority
+        monkeypatch_applies = FastEmitted.applies_to
+        FastEmitted.applies_to = lambda self, region: region.dims["m"] < 200 or "m too large"
+        try:
+            huge = small(300, 24, 24)
+            arbiter.run_arbitrated("matmul", huge)
+            assert dispatch._table[huge.key.id].candidate.name == "slow_vendor"
+        finally:
+            FastEmitted.applies_to = monkeypatch_applies
+    finally:
+        arbiter.register(unregister)
+
+
+def test_policy_tune_measures_on_first_miss(pair):
+    r = small()
+    arbiter.run_arbitrated("matmul", r, policy="tune")
+    assert dispatch._table[r.key.id].policy == "measured"
+    assert dispatch.store().load_measurements(r.key.id, arbiter.env.environment("cpu").fingerprint)
+
+
+def test_policy_record_serves_by_tier_and_records_the_key(monkeypatch):
+    monkeypatch.setenv("ARBITER_POLICY", "record")
+    r = small(30, 40, 50)
+    arbiter.run_arbitrated("matmul", r)
+    assert dispatch._table[r.key.id].policy == "tier"
+    assert dispatch.store().recorded_keys() == [(r.key.id, {"m": 30, "n": 40, "k": 50})]
