@@ -7,11 +7,19 @@ Each module adds its commands to ``app`` when imported below.
 """
 from __future__ import annotations
 
+import sys
+
 import typer
+from rich.console import Console
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="kernel-arbiter: verify, measure and dispatch kernel candidates per problem key.")
 
+
+
+def console() -> Console:
+    """A Rich console; wide when output is piped (logs, CI, tests) so tables don't fold."""
+    return Console(width=None if sys.stdout.isatty() else 160)
 
 
 @app.callback()

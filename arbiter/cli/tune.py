@@ -6,14 +6,13 @@ from typing import List, Optional
 
 import numpy as np
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from arbiter import dispatch, select
 from arbiter import env as envmod
 from arbiter.candidates import REGISTRY
-from arbiter.cli import app
+from arbiter.cli import app, console as make_console
 from arbiter.errors import NoCandidateError
 from arbiter.keys import ProblemKey
 from arbiter.ops import op_kind
@@ -102,7 +101,7 @@ def tune(
     dry_run: bool = typer.Option(False, "--dry-run", help="List the keys that would be tuned; tune nothing."),
 ):
     """Gate and time every solution per key; persist measured winners. Resumable: keys already tuned are skipped."""
-    console = Console()
+    console = make_console()
     from arbiter import targets
 
     available = targets.get(target).available()
@@ -178,7 +177,7 @@ def explain(
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
 ):
     """For one key: every solution with its exclusion reason, verdict and error, stored timings, and why the winner won."""
-    console = Console()
+    console = make_console()
     [problem] = problems_from_options(op, [shape], [dtype], activation, bias, residual)
     region = problem.region(target)
     st = dispatch.store()

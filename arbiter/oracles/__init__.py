@@ -9,7 +9,6 @@ from __future__ import annotations
 import numpy as np
 
 from arbiter import targets
-from arbiter.oracles.budgets import Budget, budget_for  # noqa: F401  (re-exported)
 
 
 def host64(region, array) -> np.ndarray:
