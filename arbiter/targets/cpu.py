@@ -34,14 +34,17 @@ def blas_info() -> dict[str, str]:
         from threadpoolctl import threadpool_info
     except ImportError:
         return {"blas": "unknown", "blas_version": "unknown", "blas_threads": "unknown"}
-    for lib in threadpool_info():
-        if lib.get("user_api") == "blas":
-            return {
-                "blas": f"{lib.get('internal_api')}",
-                "blas_version": f"{lib.get('version')}",
-                "blas_threads": str(lib.get("num_threads")),
-            }
-    return {"blas": "none", "blas_version": "none", "blas_threads": "0"}
+    # NumPy's own BLAS first: which other BLAS libraries are loaded (SciPy's) depends on import order,
+    # and the environment key must not.
+    libs = sorted((lib for lib in threadpool_info() if lib.get("user_api") == "blas"),
+                  key=lambda lib: "numpy" not in str(lib.get("filepath", "")))
+    if not libs:
+        return {"blas": "none", "blas_version": "none", "blas_threads": "0"}
+    return {
+        "blas": f"{libs[0].get('internal_api')}",
+        "blas_version": f"{libs[0].get('version')}",
+        "blas_threads": str(libs[0].get("num_threads")),
+    }
 
 
 def cpu_model() -> tuple[str, str]:
