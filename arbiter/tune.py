@@ -63,23 +63,20 @@ def tune_region(region, store, *, mode: str = "device", budget_s: float | None =
         if progress is not None:
             progress(row, m)
 
-    timed = sorted((r for r in passed if not r.timing.screened), key=lambda r: r.timing.median_s)
+    # Screened solutions keep their short estimate: it is over 1.5x (or 1.15x) the best, so it ranks last.
+    timed = sorted(passed, key=lambda r: (r.timing.screened, r.timing.median_s))
     for rank, row in enumerate(timed, 1):
         row.rank = rank
     fastest = timed[0]
-    if fastest is default:
-        rival = timed[1] if len(timed) > 1 else None
-    else:
-        rival = default
+    rival = (timed[1] if len(timed) > 1 else None) if fastest is default else default
     if rival is None:
-        ok, margin = True, None
-        note = "only one solution passed the gate"
+        ok, margin, note = False, None, "only one solution passed the gate"
     else:
         ok, margin = separated(fastest.timing, rival.timing)
         note = "" if ok else (f"not separated: {fastest.label} {margin * 100:+.1f}% vs {rival.label}, "
                               f"spread {max(fastest.timing.spread, rival.timing.spread) * 100:.1f}%")
     # Only a separated winner is "measured"; a lone solution or a tie leaves the tier default in charge.
-    chosen, policy = (fastest, "measured") if ok and rival is not None else (default, "tier")
+    chosen, policy = (fastest, "measured") if ok else (default, "tier")
     decision.winner, decision.policy, decision.note, decision.margin = chosen, policy, note, margin
     store.save_measurements(region.key.id, decision.env.fingerprint, records)
     store.save_solution(SolutionRecord(region.key.id, chosen.candidate.name, chosen.candidate.identity(),

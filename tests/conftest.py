@@ -35,3 +35,22 @@ def gpu_available() -> bool:
 
 
 requires_gpu = pytest.mark.skipif(not gpu_available(), reason="no NVIDIA GPU with CuPy here")
+
+
+@pytest.fixture
+def only_candidates():
+    """``only_candidates("cpu", "matmul", c1, c2)``: exactly these candidates for (target, op) during a test."""
+    from arbiter.candidates import REGISTRY
+
+    saved = {}
+
+    def use(target, op, *candidates):
+        REGISTRY.load_builtin(target)
+        saved.setdefault((target, op), dict(REGISTRY._by_target_op.get((target, op), {})))
+        REGISTRY._by_target_op[(target, op)] = {c.name: c for c in candidates}
+        REGISTRY._changed()
+
+    yield use
+    for k, v in saved.items():
+        REGISTRY._by_target_op[k] = v
+    REGISTRY._changed()

@@ -58,7 +58,7 @@ def test_unknown_policy_is_rejected_by_name(monkeypatch):
         arbiter.run_arbitrated("matmul", region())
 
 
-def test_no_candidate_error_lists_every_candidate_and_why():
+def test_no_candidate_error_lists_every_candidate_and_why(only_candidates):
     class Unavailable(Candidate):
         name, target, op = "needs_gpu_lib", "cpu", "rmsnorm"
 
@@ -71,19 +71,12 @@ def test_no_candidate_error_lists_every_candidate_and_why():
         def applies_to(self, region):
             return "needs cols >= 1024"
 
-    vendor = arbiter.unregister("numpy_rmsnorm", "cpu", "rmsnorm")
-    arbiter.register(Unavailable())
-    arbiter.register(TooSmall())
-    try:
-        with pytest.raises(arbiter.NoCandidateError) as err:
-            arbiter.run_arbitrated("rmsnorm", RMSNorm(np.ones((4, 8)), np.ones(8)))
-        text = str(err.value)
-        assert "needs_gpu_lib" in text and "libfoo.so not found" in text
-        assert "wide_rows_only" in text and "needs cols >= 1024" in text
-    finally:
-        arbiter.unregister("needs_gpu_lib", "cpu", "rmsnorm")
-        arbiter.unregister("wide_rows_only", "cpu", "rmsnorm")
-        arbiter.register(vendor)
+    only_candidates("cpu", "rmsnorm", Unavailable(), TooSmall())
+    with pytest.raises(arbiter.NoCandidateError) as err:
+        arbiter.run_arbitrated("rmsnorm", RMSNorm(np.ones((4, 8)), np.ones(8)))
+    text = str(err.value)
+    assert "needs_gpu_lib" in text and "libfoo.so not found" in text
+    assert "wide_rows_only" in text and "needs cols >= 1024" in text
 
 
 def test_registering_replaces_by_name_and_redecides():

@@ -4,7 +4,6 @@ import pytest
 
 import arbiter
 from arbiter import Candidate, Fallback, Tier
-from arbiter.candidates import REGISTRY
 from arbiter.oracles.matmul import oracle as matmul_oracle
 from arbiter.regions import Matmul
 from arbiter.verify import probe_shapes, verify
@@ -92,14 +91,8 @@ BAD = [OffByOne, NaNOutput, NeverWrites, TaggedFallback, WrongOffTile, Raises, N
 
 
 @pytest.fixture
-def zoo():
-    vendor = REGISTRY.unregister("numpy_matmul", "cpu", "matmul")
-    for cls in BAD + [GoodEmitted]:
-        arbiter.register(cls())
-    yield
-    for cls in BAD + [GoodEmitted]:
-        arbiter.unregister(cls.name, "cpu", "matmul")
-    arbiter.register(vendor)
+def zoo(only_candidates):
+    only_candidates("cpu", "matmul", *(cls() for cls in BAD + [GoodEmitted]))
 
 
 @pytest.mark.parametrize("cls, expected", [
