@@ -156,5 +156,12 @@ class MemoryStore(Store):
 
 
 def default_store() -> Store:
-    """The store a process uses when none was configured."""
-    return MemoryStore()
+    """The store a process uses when none was configured: the SQL registry at ``$ARBITER_DB`` (a path or
+    SQLAlchemy URL; default ``./registry.db``) over the read-only ``$ARBITER_SYSTEM_DB`` when set.
+
+    Raises ``RegistryError`` naming the file and ``arbiter doctor --repair`` when it is not a registry;
+    an unwritable path gives an in-memory store and one warning (see ``arbiter.store.layered``).
+    """
+    from arbiter.store.layered import open_default
+
+    return open_default()

@@ -1,0 +1,336 @@
+"""Registry commands: ``stats``, ``env``, ``list``, ``prune``, ``doctor``, ``export``, ``import``.
+
+Each opens the registry named by ``--db``/``$ARBITER_DB`` (default ``./registry.db``), over
+``$ARBITER_SYSTEM_DB`` when set. Registry trouble prints the message (it names the file and
+the fix) and exits 1; it never prints a traceback or changes a file it could not read.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from contextlib import contextmanager
+
+import typer
+from rich.table import Table
+
+from arbiter.cli import app, console
+from arbiter.errors import RegistryError
+
+
+@contextmanager
+def _registry_errors():
+    try:
+        yield
+    except RegistryError as exc:
+        console().print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+        raise typer.Exit(1)
+
+
+def _where() -> str:
+    from arbiter.store.layered import DEFAULT_PATH
+
+    return os.environ.get("ARBITER_DB") or DEFAULT_PATH
+
+
+def _layers() -> list[tuple[str, object]]:
+    """[("user", SqlStore), ("system", SqlStore)] of the default store; [] when it fell back to memory."""
+    from arbiter.store import default_store
+    from arbiter.store.layered import LayeredStore
+    from arbiter.store.sql import SqlStore
+
+    st = default_store()
+    pairs = [("user", st.user), ("system", st.system)] if isinstance(st, LayeredStore) else [("user", st)]
+    return [(name, s) for name, s in pairs if isinstance(s, SqlStore)]
+
+
+def _user_sql():
+    layers = dict(_layers())
+    if "user" not in layers:
+        raise RegistryError(f"{_where()}: cannot be written, so this command has nothing to work on. "
+                            f"Set --db/ARBITER_DB to a writable path.")
+    return layers["user"]
+
+
+def _stale_envs(sql) -> list[dict]:
+    """Stored environments of targets usable here whose fingerprint is not the current one, with the diff."""
+    from arbiter.env import EnvironmentKey
+    from arbiter.store.sql import current_environment
+
+    found = []
+    for e in sql.environments():
+        now, why = current_environment(e["target"])
+        if now is None or now.fingerprint == e["fingerprint"]:
+            continue
+        old = EnvironmentKey(e["target"], tuple(sorted(e["fields"].items())), e["fingerprint"])
+        changed = {k: {"stored": a, "now": b} for k, (a, b) in old.diff(now).items()} if e["fields"] else {}
+        found.append({**e, "changed": changed})
+    return found
+
+
+def _label(candidate: str, params) -> str:
+    from arbiter.candidates import params_id
+
+    p = params if isinstance(params, str) else params_id(params)
+    return candidate if p == "{}" else f"{candidate}{p}"
+
+
+@app.command()
+def stats(
+    op: str = typer.Option(None, help="Only keys of this op."),
+    target: str = typer.Option(None, help="Only keys of this target."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
+):
+    """Stored solutions per key: winner, policy, tier, persisted hits/misses/fallbacks, and stale entries."""
+    from arbiter.candidates import params_id
+    from arbiter.store.sql import current_environment
+
+    with _registry_errors():
+        layers = _layers()
+        rows, stale = [], []
+        for layer, sql in layers:
+            tiers = sql.candidate_tiers()
+            counts: dict[tuple, list[int]] = {}
+            for c in sql.counts():
+                slot = counts.setdefault((c.key, c.candidate, c.params, c.env), [0, 0, 0])
+                slot[0] += c.hits
+                slot[1] += c.misses
+                slot[2] += c.fallbacks
+            layer_stale = {e["fingerprint"]: e for e in _stale_envs(sql)}
+            stale += [{**e, "layer": layer} for e in layer_stale.values()]
+            for r in sql.solutions():
+                t, o = r.key.split(":")[:2]
+                if (op and o != op) or (target and t != target):
+                    continue
+                now, why = current_environment(t)
+                state = ("current" if now is not None and now.fingerprint == r.env
+                         else "stale" if r.env in layer_stale else f"not checked ({why or 'other environment'})")
+                hits, misses, fallbacks = counts.get((r.key, r.candidate, params_id(r.params), r.env), (0, 0, 0))
+                rows.append({"layer": layer, "key": r.key, "target": t, "op": o, "env": r.env, "state": state,
+                             "winner": _label(r.candidate, r.params), "policy": r.policy,
+                             "tier": tiers.get(r.identity, ""), "margin": r.margin, "note": r.note,
+                             "hits": hits, "misses": misses, "fallbacks": fallbacks})
+    zero = [r for r in rows if r["state"] == "current" and r["hits"] == 0]
+    if as_json:
+        print(json.dumps({"registry": _where(), "solutions": rows, "stale_environments": stale,
+                          "zero_hit_solutions": len(zero)}, indent=1, default=str))
+        return
+    out = console()
+    table = Table(title=f"registry {_where()}: stored solutions")
+    for col in ("key", "winner", "policy", "tier", "hits", "misses", "fallbacks", "state"):
+        table.add_column(col, justify="right" if col in ("hits", "misses", "fallbacks") else "left")
+    for r in sorted(rows, key=lambda r: (r["state"] != "current", r["key"])):
+        hits = "[yellow]0 (never dispatched)[/yellow]" if r["hits"] == 0 else str(r["hits"])
+        state = r["state"] + (f" [{r['layer']}]" if r["layer"] != "user" else "")
+        table.add_row(r["key"], r["winner"], r["policy"], r["tier"], hits, str(r["misses"]), str(r["fallbacks"]),
+                      state if r["state"] == "current" else f"[red]{state}[/red]")
+    out.print(table)
+    for e in stale:
+        what = ", ".join(f"{k}: {v['stored']} -> {v['now']}" for k, v in e["changed"].items()) or "fields unknown"
+        out.print(f"stale environment {e['fingerprint']} ({e['target']}, {e['layer']}): "
+                  f"{e['rows'].get('solutions', 0)} solutions, {e['rows'].get('verdicts', 0)} verdicts; "
+                  f"changed: {what}", highlight=False)
+    n_stale = sum(1 for r in rows if r["state"] == "stale")
+    out.print(f"{len(rows)} solutions, {n_stale} stale, {len(zero)} current with zero hits"
+              + ("; remove stale entries with `arbiter prune --stale`" if stale else ""), highlight=False)
+
+
+@app.command("env")
+def env_cmd(
+    target: str = typer.Option(None, help="Only this target (cpu, nvidia, rocm)."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+):
+    """The current environment key per target: every field and the fingerprint solutions are stored under."""
+    from arbiter.store.sql import current_environment
+    from arbiter.targets import TARGET_NAMES
+
+    found = {}
+    for name in [target] if target else TARGET_NAMES:
+        now, why = current_environment(name)
+        found[name] = ({"fingerprint": now.fingerprint, "fields": now.as_dict()} if now is not None
+                       else {"unavailable": why})
+    if as_json:
+        print(json.dumps(found, indent=1))
+        return
+    out = console()
+    for name, info in found.items():
+        if "unavailable" in info:
+            out.print(f"{name}: unavailable ({info['unavailable']})", highlight=False)
+            continue
+        table = Table(title=f"{name} environment {info['fingerprint']}")
+        table.add_column("field")
+        table.add_column("value")
+        for k, v in info["fields"].items():
+            table.add_row(k, v)
+        out.print(table)
+
+
+def _target_status(name: str) -> tuple[bool, str]:
+    from arbiter import targets
+
+    try:
+        avail = targets.get(name).available()
+    except Exception as exc:  # e.g. ImportError: nvidia without cupy
+        return False, f"{type(exc).__name__}: {exc}"
+    return avail is True, "" if avail is True else str(avail or "available() is False")
+
+
+@app.command("list")
+def list_cmd(
+    target: str = typer.Option(None, help="Only this target."),
+    op: str = typer.Option(None, help="Only this op."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+):
+    """Registered candidates: target, op, tier, availability and the reason when unavailable."""
+    from arbiter.candidates import REGISTRY
+    from arbiter.targets import TARGET_NAMES
+
+    rows, target_state = [], {}
+    for name in TARGET_NAMES:
+        ok, why = _target_status(name)
+        try:
+            REGISTRY.load_builtin(name)
+        except Exception as exc:  # a target's candidate modules may need its missing library
+            ok, why = False, why or f"candidates failed to load: {type(exc).__name__}: {exc}"
+        target_state[name] = (ok, why)
+    for cand in REGISTRY.all():
+        ok, why = target_state.get(cand.target, (True, ""))
+        if ok:
+            try:
+                avail = cand.available()
+            except Exception as exc:
+                avail = f"available() raised {type(exc).__name__}: {exc}"
+            ok, why = avail is True, "" if avail is True else str(avail or "available() is False")
+        else:
+            why = f"target {cand.target} unavailable: {why}"
+        if (target and cand.target != target) or (op and cand.op != op):
+            continue
+        rows.append({"target": cand.target, "op": cand.op, "name": cand.name, "tier": cand.tier.name,
+                     "priority": cand.priority, "available": ok, "reason": why})
+    rows.sort(key=lambda r: (r["target"], r["op"], -["SYNTHESIZED", "EMITTED", "HAND_TUNED"].index(r["tier"]),
+                             -r["priority"], r["name"]))
+    targets_out = {k: {"available": v[0], "reason": v[1]} for k, v in target_state.items()}
+    if as_json:
+        print(json.dumps({"targets": targets_out, "candidates": rows}, indent=1))
+        return
+    out = console()
+    table = Table(title="registered candidates")
+    for col in ("target", "op", "name", "tier", "available", "reason"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r["target"], r["op"], r["name"], r["tier"], "yes" if r["available"] else "[red]no[/red]",
+                      r["reason"])
+    out.print(table)
+    for name, (ok, why) in target_state.items():
+        if not ok:
+            out.print(f"target {name}: unavailable ({why})", highlight=False)
+
+
+@app.command()
+def prune(
+    stale: bool = typer.Option(False, "--stale", help="Remove entries of environments that differ from this one."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Say what would go; change nothing."),
+):
+    """Remove stale solutions, verdicts, measurements and counters from the user registry."""
+    if not stale:
+        console().print("say what to prune: --stale (entries whose environment differs from the current one)")
+        raise typer.Exit(2)
+    out = console()
+    with _registry_errors():
+        sql = _user_sql()
+        found = _stale_envs(sql)
+        for e in found:
+            what = ", ".join(f"{k}: {v['stored']} -> {v['now']}" for k, v in e["changed"].items()) or "fields unknown"
+            out.print(f"stale {e['fingerprint']} ({e['target']}): {e['rows']}; changed: {what}", highlight=False)
+        if dry_run or not found:
+            out.print(f"{len(found)} stale environment(s); nothing removed" + (" (--dry-run)" if dry_run else ""))
+            return
+        removed = sql.prune([e["fingerprint"] for e in found])
+    out.print(f"removed from {sql.where}: " + ", ".join(f"{n} {k}" for k, n in removed.items()), highlight=False)
+
+
+def _move_aside(path: str) -> str:
+    """Rename ``path`` (and its -wal/-shm companions) to a new name beside it; returns the new name."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    dest, n = f"{path}.corrupt-{stamp}", 1
+    while os.path.exists(dest):
+        n += 1
+        dest = f"{path}.corrupt-{stamp}-{n}"
+    os.replace(path, dest)
+    for suffix in ("-wal", "-shm"):
+        if os.path.exists(path + suffix):
+            os.replace(path + suffix, dest + suffix)
+    return dest
+
+
+@app.command()
+def doctor(repair: bool = typer.Option(False, "--repair", help="Move a corrupt registry aside (never deleted) "
+                                                               "so a fresh one is created.")):
+    """Check the user registry: readable, a registry, schema version, integrity, row counts, stale entries."""
+    from arbiter.store.sql import SqlStore, UnwritableRegistry, sqlite_path, to_url
+
+    out = console()
+    where = _where()
+    path = sqlite_path(to_url(where))
+    if path is not None and not os.path.exists(path):
+        out.print(f"{path}: no registry yet (created on first use)", highlight=False)
+        return
+    problems, sql = [], None
+    try:
+        sql = SqlStore(where)
+        problems = sql.integrity_check()
+    except UnwritableRegistry as exc:  # readable or not, it is not ours to move
+        out.print(f"[red]problem:[/red] {exc}", highlight=False, soft_wrap=True)
+        raise typer.Exit(1)
+    except RegistryError as exc:
+        problems = [str(exc)]
+    if problems:
+        for p in problems:
+            out.print(f"[red]problem:[/red] {p}", highlight=False, soft_wrap=True)
+        if sql is not None:
+            sql.close()
+        if path is None:
+            raise typer.Exit(1)  # a server database is repaired by its administrator, not moved
+        if not repair:
+            out.print(f"{path} is damaged; nothing was changed. `arbiter --db {path} doctor --repair` moves it "
+                      f"aside (kept, renamed) and a fresh registry is created.", highlight=False)
+            raise typer.Exit(1)
+        dest = _move_aside(path)
+        out.print(f"moved {path} aside to {dest}; a fresh registry will be created at {path}", highlight=False)
+        return
+    counts = sql.table_counts()
+    stale = _stale_envs(sql)
+    out.print(f"{sql.where}: ok, schema v{sql.version()}, integrity ok; "
+              + ", ".join(f"{n} {k}" for k, n in counts.items())
+              + f"; {len(stale)} stale environment(s)", highlight=False)
+
+
+@app.command("export")
+def export_cmd(file: str = typer.Argument(..., help="JSON file to write.")):
+    """Write the user registry (environments, candidates, verdicts, measurements, solutions) as JSON."""
+    from arbiter.store.transfer import export_registry, write_export
+
+    with _registry_errors():
+        data = export_registry(_user_sql())
+    write_export(data, file)
+    console().print(f"wrote {file}: {len(data.solutions)} solutions, {len(data.verdicts)} verdicts, "
+                    f"{len(data.measurements)} measurements, {len(data.environments)} environments", highlight=False)
+
+
+@app.command("import")
+def import_cmd(
+    file: str = typer.Argument(..., help="JSON file written by `arbiter export`."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="On a conflict, take the file's row."),
+):
+    """Merge an export into the user registry; conflicts are reported (and kept unless --overwrite)."""
+    from arbiter.store.transfer import import_registry, read_export
+
+    out = console()
+    with _registry_errors():
+        data = read_export(file)
+        report = import_registry(_user_sql(), data, overwrite=overwrite)
+    for line in report["conflicts"]:
+        out.print(f"conflict: {line}", highlight=False, soft_wrap=True)
+    out.print(f"imported {file}: added " + ", ".join(f"{n} {k}" for k, n in report["added"].items())
+              + f"; {report['unchanged']} unchanged, {len(report['conflicts'])} conflict(s), "
+              f"{report['replaced']} replaced", highlight=False)

@@ -1,0 +1,86 @@
+"""Layering: the user's read-write registry over an optional read-only system registry.
+
+Lookups read the user layer first, then the system one; every write goes to
+the user layer. ``open_default()`` is what ``arbiter.store.default_store()``
+returns: ``$ARBITER_DB`` (a path or any SQLAlchemy URL, default
+``./registry.db``) over ``$ARBITER_SYSTEM_DB`` when set. A user path that
+cannot be written degrades to an in-memory store with one warning; a file that
+is not a registry raises ``RegistryError`` naming it and the repair command.
+"""
+from __future__ import annotations
+
+import os
+import warnings
+
+from arbiter.store import MemoryStore, Store
+from arbiter.store.sql import SqlStore, UnwritableRegistry
+
+DEFAULT_PATH = "registry.db"
+_warned: set[str] = set()
+
+
+class LayeredStore(Store):
+    """``user`` (read-write) over ``system`` (read-only)."""
+
+    def __init__(self, user: Store, system: Store):
+        self.user, self.system = user, system
+
+    def __repr__(self):
+        return f"<LayeredStore {self.user!r} over {self.system!r}>"
+
+    def load_verdict(self, vkey):
+        found = self.user.load_verdict(vkey)
+        return found if found is not None else self.system.load_verdict(vkey)
+
+    def save_verdict(self, vkey, verdict, candidate):
+        self.user.save_verdict(vkey, verdict, candidate)
+
+    def load_solution(self, key, env):
+        found = self.user.load_solution(key, env)
+        return found if found is not None else self.system.load_solution(key, env)
+
+    def save_solution(self, record, environment=None):
+        self.user.save_solution(record, environment)
+
+    def solutions(self, env=None):
+        mine = self.user.solutions(env)
+        seen = {(r.key, r.env) for r in mine}
+        return mine + [r for r in self.system.solutions(env) if (r.key, r.env) not in seen]
+
+    def save_measurements(self, key, env, measurements):
+        self.user.save_measurements(key, env, measurements)
+
+    def load_measurements(self, key, env):
+        return self.user.load_measurements(key, env) or self.system.load_measurements(key, env)
+
+    def add_counts(self, deltas):
+        self.user.add_counts(deltas)  # counts are this user's dispatches
+
+    def counts(self):
+        return self.user.counts()
+
+    def record_key(self, key, dims, env):
+        self.user.record_key(key, dims, env)
+
+    def recorded_keys(self):
+        return self.user.recorded_keys()
+
+
+def open_user(where: str) -> Store:
+    """The user registry at ``where``; an in-memory store (one warning per path) when it cannot be written."""
+    try:
+        return SqlStore(where)
+    except UnwritableRegistry as exc:
+        if where not in _warned:
+            _warned.add(where)
+            warnings.warn(f"kernel-arbiter: {exc} Using an in-memory registry for this process: nothing "
+                          f"will persist. Set ARBITER_DB or --db to a writable path.", RuntimeWarning, stacklevel=3)
+        return MemoryStore()
+
+
+def open_default() -> Store:
+    user = open_user(os.environ.get("ARBITER_DB") or DEFAULT_PATH)
+    system = os.environ.get("ARBITER_SYSTEM_DB")
+    if system:
+        return LayeredStore(user, SqlStore(system, readonly=True))
+    return user

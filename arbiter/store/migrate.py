@@ -1,0 +1,73 @@
+"""The migration ladder: bring any older registry up to ``SCHEMA_VERSION`` without losing a row.
+
+An explicit ladder, not Alembic (``docs/registry.md`` says why): ``STEPS[v]``
+upgrades a file from version ``v`` to ``v + 1``. ``ensure(engine)`` runs the
+missing steps in one write transaction, so a crash mid-upgrade leaves the old
+version intact, and two processes opening the same old file upgrade it once
+(the second finds the new version when it gets the write lock).
+
+Each step uses only portable DDL (``ALTER TABLE ... ADD COLUMN`` with a type
+compiled for the connection's dialect, and ``CREATE TABLE`` from the models).
+"""
+from __future__ import annotations
+
+from sqlalchemy import inspect, select, update
+from sqlalchemy.engine import Connection
+
+from arbiter.errors import RegistryError
+from arbiter.store.models import (SCHEMA_VERSION, Base, MeasurementRow, RecordedKey, SchemaVersion,
+                                  SolutionRow, utcnow)
+
+
+def _add_column(conn: Connection, model, name: str, fill) -> None:
+    column = model.__table__.c[name]
+    kind = column.type.compile(dialect=conn.dialect)
+    conn.exec_driver_sql(f"ALTER TABLE {model.__tablename__} ADD COLUMN {name} {kind}")
+    if fill is not None:
+        conn.execute(update(model).values({name: fill}))
+
+
+def _v1_to_v2(conn: Connection) -> None:
+    """v2: solution notes, measurement percentiles/warm-up/screening, and the ``record`` policy's keys."""
+    _add_column(conn, SolutionRow, "note", "")
+    for name in ("p20_s", "p80_s", "warmup_s"):
+        _add_column(conn, MeasurementRow, name, None)
+    _add_column(conn, MeasurementRow, "screened", False)
+    RecordedKey.__table__.create(conn)
+
+
+STEPS = {1: _v1_to_v2}
+assert sorted(STEPS) == list(range(1, SCHEMA_VERSION)), "the ladder must have one step per version"
+
+
+def read_version(conn: Connection) -> int | None:
+    """The file's schema version; 0 for an empty database; None for tables that are not a registry."""
+    tables = set(inspect(conn).get_table_names())
+    if not tables:
+        return 0
+    if SchemaVersion.__tablename__ not in tables:
+        return None
+    return conn.execute(select(SchemaVersion.version)).scalar()
+
+
+def upgrade(conn: Connection, where: str) -> int:
+    """Create or upgrade the schema inside ``conn``'s (write) transaction; returns the version found.
+
+    Raises RegistryError naming ``where`` for a database that is not a registry or is newer than this code.
+    """
+    found = read_version(conn)
+    if found is None:
+        raise RegistryError(f"{where}: this database has tables but no schema_version; it is not a "
+                            f"kernel-arbiter registry. Point --db/ARBITER_DB at another file.")
+    if found > SCHEMA_VERSION:
+        raise RegistryError(f"{where}: registry schema v{found} is newer than this kernel-arbiter "
+                            f"(v{SCHEMA_VERSION}); upgrade kernel-arbiter or use another --db.")
+    if found == 0:
+        Base.metadata.create_all(conn)
+    else:
+        for version in range(found, SCHEMA_VERSION):
+            STEPS[version](conn)
+    if found != SCHEMA_VERSION:
+        conn.execute(SchemaVersion.__table__.delete())
+        conn.execute(SchemaVersion.__table__.insert().values(version=SCHEMA_VERSION, upgraded=utcnow()))
+    return found

@@ -1,0 +1,532 @@
+"""``SqlStore``: the Store contract on a SQLAlchemy database (SQLite ``registry.db`` by default).
+
+Contract, beyond ``arbiter.store.Store``:
+
+* Every write is one short transaction; a crash leaves the last committed state.
+  Transient lock/busy/serialization errors are retried with backoff (for up to
+  ``RETRY_SECONDS``), so ``database is locked`` never reaches a caller; anything
+  else becomes ``RegistryError`` naming the database and the recovery command.
+* Upserts are "update, else insert" under the models' unique constraints: a
+  writer that loses an insert race gets an IntegrityError, and its whole
+  transaction is retried (then as an update). Portable to any dialect.
+* Reads for dispatch misses are served from per-environment caches filled by
+  one query on first use (a start-up loads every solution of an environment at
+  once); a key not in the cache is looked up once more in the database, so a
+  solution another process committed since is still found.
+* SQLite only (the clearly marked branch in ``_engine``): WAL journal, a busy
+  timeout, ``BEGIN IMMEDIATE`` for write transactions (a deferred transaction
+  that upgrades to a writer can fail without waiting), foreign keys on.
+"""
+from __future__ import annotations
+
+import math
+import os
+import random
+import threading
+import time
+from datetime import timezone
+
+from sqlalchemy import create_engine, delete, event, func, insert, select, update
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DatabaseError, IntegrityError, OperationalError
+from sqlalchemy.pool import StaticPool
+
+from arbiter import env as envmod
+from arbiter.errors import RegistryError
+from arbiter.oracles.budgets import Budget
+from arbiter.store import (CountDelta, MeasurementRecord, SolutionRecord, Store, VerdictKey)
+from arbiter.store import migrate
+from arbiter.store.models import (SCHEMA_VERSION, CandidateRow, CounterRow, Environment, MeasurementRow,
+                                  ProblemKeyRow, RecordedKey, SolutionRow, VerdictRow)
+
+BUSY_TIMEOUT_MS = 10_000  # SQLite waits this long for a lock before reporting busy
+RETRY_SECONDS = 120.0  # then we back off and retry for this long in total
+INTEGRITY_RETRIES = 5  # a unique-constraint race resolves on the next attempt; more means a real fault
+SQLITE_MAGIC = b"SQLite format 3\x00"
+_TRANSIENT = ("database is locked", "database is busy", "deadlock detected", "could not serialize",
+              "database table is locked")
+_UNWRITABLE = ("unable to open database file", "readonly database", "read-only file system",
+               "attempt to write a readonly")
+
+
+class UnwritableRegistry(RegistryError):
+    """The registry path cannot be written (``open_default`` degrades to memory on this one)."""
+
+
+def to_url(where: str) -> str:
+    """A SQLAlchemy URL for ``where``: a URL stays as it is, a path becomes ``sqlite:///<absolute path>``."""
+    if "://" in where:
+        return where
+    return "sqlite:///" + os.path.abspath(os.path.expanduser(where))
+
+
+def sqlite_path(url: str) -> str | None:
+    """The file behind a SQLite URL; None for another dialect or an in-memory database."""
+    u = make_url(url)
+    if u.get_backend_name() != "sqlite" or u.database in (None, "", ":memory:"):
+        return None
+    return u.database
+
+
+def repair_hint(where: str) -> str:
+    return f"Nothing was changed. Run `arbiter --db {where} doctor --repair` to move it aside and start afresh."
+
+
+def check_sqlite_file(path: str) -> None:
+    """Raise RegistryError naming ``path`` when it exists but is not a SQLite database."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(100)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise RegistryError(f"{path}: cannot be read ({exc.strerror}).") from exc
+    if head and (len(head) < 100 or not head.startswith(SQLITE_MAGIC)):
+        what = "truncated" if SQLITE_MAGIC.startswith(head[:16]) else "not a SQLite database"
+        raise RegistryError(f"{path}: {what} ({os.path.getsize(path)} bytes). {repair_hint(path)}")
+
+
+def _writable(path: str) -> bool:
+    folder = os.path.dirname(path) or "."
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError:
+        return False
+    if not os.path.isdir(folder) or not os.access(folder, os.W_OK):  # SQLite needs it for -wal/-shm
+        return False
+    return not os.path.exists(path) or os.access(path, os.W_OK)
+
+
+def _engine(url: str, readonly: bool):
+    u = make_url(url)
+    if u.get_backend_name() != "sqlite":
+        return create_engine(url, pool_pre_ping=True)
+    # --- SQLite branch -------------------------------------------------------
+    memory = sqlite_path(url) is None
+    kwargs = {"connect_args": {"check_same_thread": False, "timeout": BUSY_TIMEOUT_MS / 1000}}
+    if memory:
+        kwargs["poolclass"] = StaticPool  # one connection, or each thread would see its own empty database
+    if readonly and not memory:
+        url = f"sqlite:///file:{u.database}?mode=ro&uri=true"
+    engine = create_engine(url, **kwargs)
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn, _record):
+        dbapi_conn.isolation_level = None  # pysqlite must not BEGIN on its own; _on_begin does
+        cur = dbapi_conn.cursor()
+        cur.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        cur.execute("PRAGMA foreign_keys = ON")
+        if not readonly and not memory:
+            cur.execute("PRAGMA journal_mode = WAL")  # readers never block the writer, nor it them
+            cur.execute("PRAGMA synchronous = NORMAL")  # durable against process crashes in WAL mode
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn):
+        # A writer takes the lock up front; a deferred one could fail on upgrade without waiting.
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.get_execution_options().get("arbiter_write") else "BEGIN")
+
+    return engine
+
+
+def _num(x):
+    return None if x is None or (isinstance(x, float) and math.isnan(x)) else float(x)
+
+
+def _nan(x):
+    return math.nan if x is None else x
+
+
+def _utc(dt):
+    return dt.replace(tzinfo=timezone.utc) if dt is not None and dt.tzinfo is None else dt
+
+
+def current_environment(target: str):
+    """``(EnvironmentKey, "")`` for a target usable here, else ``(None, why not)``."""
+    try:
+        return envmod.environment(target), ""
+    except Exception as exc:  # a target whose library is missing cannot say what its environment is
+        return None, f"{type(exc).__name__}: {exc}"
+
+
+def _key_target(key: str) -> str:
+    return key.split(":", 1)[0]
+
+
+class SqlStore(Store):
+    """The registry in a SQL database. ``readonly`` opens it for reading only (a system registry)."""
+
+    def __init__(self, where: str, *, readonly: bool = False):
+        self.url = to_url(where)
+        self.path = sqlite_path(self.url)
+        self.where = self.path or make_url(self.url).render_as_string(hide_password=True)
+        self.readonly = readonly
+        if self.path is not None:
+            check_sqlite_file(self.path)
+            if readonly and not os.path.exists(self.path):
+                raise RegistryError(f"{self.path}: the system registry does not exist; "
+                                    f"unset ARBITER_SYSTEM_DB or point it at a registry file.")
+            if not readonly and not _writable(self.path):
+                raise UnwritableRegistry(f"{self.path}: cannot be written (folder or file not writable).")
+        self._engine = _engine(self.url, readonly)
+        self._lock = threading.RLock()  # one DB operation at a time per store (in-memory SQLite needs it)
+        self._solutions: dict[tuple[str, str], SolutionRecord] = {}
+        self._verdicts: dict[VerdictKey, object] = {}
+        self._loaded: set[tuple[str, str]] = set()  # ("solutions"|"verdicts", env) already bulk-loaded
+        self._open()
+        if not readonly:
+            from arbiter.store import flusher
+
+            flusher.start()
+
+    def __repr__(self):
+        return f"<SqlStore {self.where}{' (read-only)' if self.readonly else ''}>"
+
+    # --- transactions -------------------------------------------------------
+    def _error(self, exc) -> RegistryError:
+        detail = str(getattr(exc, "orig", exc))
+        if any(s in detail.lower() for s in _UNWRITABLE):
+            return UnwritableRegistry(f"{self.where}: cannot be written ({detail}).")
+        if self.path is not None and any(s in detail for s in ("not a database", "malformed", "corrupt")):
+            return RegistryError(f"{self.where}: {detail}. {repair_hint(self.where)}")
+        return RegistryError(f"{self.where}: {detail}. Check it with `arbiter --db {self.where} doctor`.")
+
+    def _run(self, fn, *, write: bool):
+        """Run ``fn(connection)`` in one transaction, retrying transient failures; returns its result."""
+        if write and self.readonly:
+            raise RegistryError(f"{self.where}: opened read-only (a system registry); writes go to the user one.")
+        deadline, delay, integrity = time.monotonic() + RETRY_SECONDS, 0.005, 0
+        while True:
+            try:
+                with self._lock, self._engine.connect() as conn:
+                    if write:
+                        conn.execution_options(arbiter_write=True)
+                    with conn.begin():
+                        return fn(conn)
+            except IntegrityError as exc:  # lost an insert race: the retry finds the row and updates it
+                integrity += 1
+                if integrity > INTEGRITY_RETRIES:
+                    raise self._error(exc) from exc
+            except OperationalError as exc:
+                text = str(exc.orig).lower()
+                if not any(s in text for s in _TRANSIENT) or time.monotonic() > deadline:
+                    raise self._error(exc) from exc
+            except DatabaseError as exc:
+                raise self._error(exc) from exc
+            time.sleep(delay * (0.5 + random.random()))
+            delay = min(delay * 2, 0.25)
+
+    def _open(self) -> None:
+        found = self._run(migrate.read_version, write=False)
+        if found == SCHEMA_VERSION:
+            return
+        if self.readonly:
+            raise RegistryError(f"{self.where}: schema v{found}, this kernel-arbiter reads v{SCHEMA_VERSION}. "
+                                f"Upgrade a writable copy with `arbiter --db COPY doctor`.")
+        self._run(lambda conn: migrate.upgrade(conn, self.where), write=True)
+
+    def version(self) -> int | None:
+        return self._run(migrate.read_version, write=False)
+
+    # --- parents ------------------------------------------------------------
+    @staticmethod
+    def _put_env(conn, fingerprint: str, target: str, fields: dict) -> None:
+        row = conn.execute(select(Environment.fields).where(Environment.fingerprint == fingerprint)).first()
+        if row is None:
+            conn.execute(insert(Environment).values(fingerprint=fingerprint, target=target, fields=fields))
+        elif fields and not row.fields:
+            conn.execute(update(Environment).where(Environment.fingerprint == fingerprint)
+                         .values(fields=fields, target=target))
+
+    @staticmethod
+    def _put_key(conn, key: str) -> None:
+        if conn.execute(select(ProblemKeyRow.id).where(ProblemKeyRow.id == key)).first() is not None:
+            return
+        parts = key.split(":")
+        names = ("target", "op", "dtype", "layout", "attrs", "bucket")
+        values = dict(zip(names, parts)) if len(parts) == len(names) else {}
+        conn.execute(insert(ProblemKeyRow).values(id=key, **values))
+
+    @staticmethod
+    def _put_candidate(conn, identity: str, name: str, target: str, op: str, tier: str) -> None:
+        if conn.execute(select(CandidateRow.identity).where(CandidateRow.identity == identity)).first() is None:
+            conn.execute(insert(CandidateRow).values(identity=identity, name=name, target=target, op=op, tier=tier))
+
+    @staticmethod
+    def _env_of(fingerprint: str, target: str, environment=None) -> tuple[str, dict]:
+        """(target, fields) for an environment row: the given key, else the current one if it matches."""
+        if environment is None or environment.fingerprint != fingerprint:
+            environment, _ = current_environment(target)
+        if environment is not None and environment.fingerprint == fingerprint:
+            return environment.target, environment.as_dict()
+        return target, {}  # only the fingerprint is known; a later writer may fill the fields in
+
+    @staticmethod
+    def _candidate_of(name: str, key: str) -> tuple[str, str, str]:
+        """(target, op, tier name) for a candidate named in a record at ``key``."""
+        parts = key.split(":")
+        target, op = (parts[0], parts[1]) if len(parts) > 1 else ("", "")
+        from arbiter.candidates import REGISTRY
+
+        try:
+            cand = REGISTRY.get(name, target, op) if target else None
+        except ImportError:
+            cand = None
+        return target, op, cand.tier.name if cand is not None else ""
+
+    # --- verdicts -----------------------------------------------------------
+    @staticmethod
+    def _verdict(row):
+        from arbiter.verify import Verdict
+
+        return Verdict(bool(row.passed), row.reason or "", _nan(row.rel_error), _nan(row.max_excess),
+                       tuple(row.probes or ()), Budget(row.budget_rel_fro, row.budget_atol, row.budget_rtol),
+                       bool(row.looser_budget), row.seconds or 0.0)
+
+    def _verdict_rows(self, *where):
+        cols = (VerdictRow.identity, VerdictRow.params, VerdictRow.key, VerdictRow.env, VerdictRow.passed,
+                VerdictRow.reason, VerdictRow.rel_error, VerdictRow.max_excess, VerdictRow.probes,
+                VerdictRow.budget_rel_fro, VerdictRow.budget_atol, VerdictRow.budget_rtol,
+                VerdictRow.looser_budget, VerdictRow.seconds)
+        rows = self._run(lambda conn: conn.execute(select(*cols).where(*where)).all(), write=False)
+        return {VerdictKey(r.identity, r.params, r.key, r.env): self._verdict(r) for r in rows}
+
+    def load_verdict(self, vkey):
+        if ("verdicts", vkey.env) not in self._loaded:
+            found = self._verdict_rows(VerdictRow.env == vkey.env)
+            with self._lock:
+                self._verdicts.update(found)
+                self._loaded.add(("verdicts", vkey.env))
+        verdict = self._verdicts.get(vkey)
+        if verdict is None:  # committed by another process since the bulk load?
+            verdict = self._verdict_rows(VerdictRow.identity == vkey.identity, VerdictRow.params == vkey.params,
+                                         VerdictRow.key == vkey.key, VerdictRow.env == vkey.env).get(vkey)
+            if verdict is not None:
+                self._verdicts[vkey] = verdict
+        return verdict
+
+    def save_verdict(self, vkey, verdict, candidate):
+        target, fields = self._env_of(vkey.env, candidate.target)
+        values = dict(passed=verdict.passed, reason=verdict.reason, rel_error=_num(verdict.rel_error),
+                      max_excess=_num(verdict.max_excess), probes=list(verdict.probes),
+                      budget_rel_fro=verdict.budget.rel_fro, budget_atol=verdict.budget.atol,
+                      budget_rtol=verdict.budget.rtol, looser_budget=bool(verdict.looser_budget),
+                      seconds=float(verdict.seconds))
+        match = (VerdictRow.identity == vkey.identity, VerdictRow.params == vkey.params,
+                 VerdictRow.key == vkey.key, VerdictRow.env == vkey.env)
+
+        def write(conn):
+            self._put_env(conn, vkey.env, target, fields)
+            self._put_key(conn, vkey.key)
+            self._put_candidate(conn, vkey.identity, candidate.name, candidate.target, candidate.op,
+                                candidate.tier.name)
+            if conn.execute(update(VerdictRow).where(*match).values(**values)).rowcount == 0:
+                conn.execute(insert(VerdictRow).values(identity=vkey.identity, params=vkey.params, key=vkey.key,
+                                                       env=vkey.env, **values))
+
+        self._run(write, write=True)
+        with self._lock:
+            self._verdicts[vkey] = verdict
+
+    # --- solutions ----------------------------------------------------------
+    @staticmethod
+    def _record(row) -> SolutionRecord:
+        return SolutionRecord(row.key, row.candidate, row.identity, dict(row.params or {}), row.policy, row.env,
+                              row.margin, row.note or "", _utc(row.created))
+
+    def _solution_rows(self, *where) -> list[SolutionRecord]:
+        cols = (SolutionRow.key, SolutionRow.candidate, SolutionRow.identity, SolutionRow.params,
+                SolutionRow.policy, SolutionRow.env, SolutionRow.margin, SolutionRow.note, SolutionRow.created)
+        rows = self._run(lambda conn: conn.execute(select(*cols).where(*where)).all(), write=False)
+        return [self._record(r) for r in rows]
+
+    def _load_env_solutions(self, env: str) -> None:
+        if ("solutions", env) not in self._loaded:
+            found = self._solution_rows(SolutionRow.env == env)
+            with self._lock:
+                for record in found:
+                    self._solutions.setdefault((record.key, record.env), record)
+                self._loaded.add(("solutions", env))
+
+    def load_solution(self, key, env):
+        self._load_env_solutions(env)
+        record = self._solutions.get((key, env))
+        if record is None:  # committed by another process since the bulk load?
+            found = self._solution_rows(SolutionRow.key == key, SolutionRow.env == env)
+            if found:
+                record = self._solutions[(key, env)] = found[0]
+        return record
+
+    def save_solution(self, record, environment=None):
+        target, fields = self._env_of(record.env, _key_target(record.key), environment)
+        ctarget, op, tier = self._candidate_of(record.candidate, record.key)
+        values = dict(candidate=record.candidate, identity=record.identity, params=dict(record.params),
+                      policy=record.policy, margin=_num(record.margin), note=record.note,
+                      created=record.created)
+
+        def write(conn):
+            self._put_env(conn, record.env, target, fields)
+            self._put_key(conn, record.key)
+            self._put_candidate(conn, record.identity, record.candidate, ctarget, op, tier)
+            stmt = update(SolutionRow).where(SolutionRow.key == record.key, SolutionRow.env == record.env)
+            if conn.execute(stmt.values(**values)).rowcount == 0:
+                conn.execute(insert(SolutionRow).values(key=record.key, env=record.env, **values))
+
+        self._run(write, write=True)
+        with self._lock:
+            self._solutions[(record.key, record.env)] = record
+
+    def solutions(self, env=None):
+        if env is None:
+            return self._solution_rows()
+        self._load_env_solutions(env)
+        return [r for (k, e), r in list(self._solutions.items()) if e == env]
+
+    # --- measurements -------------------------------------------------------
+    def save_measurements(self, key, env, measurements):
+        target, fields = self._env_of(env, _key_target(key))
+        from arbiter.candidates import params_id
+
+        rows = [dict(key=key, env=env, candidate=m.candidate, params=params_id(m.params), mode=m.mode,
+                     reps=int(m.reps), median_s=_num(m.median_s), p20_s=_num(m.p20_s), p80_s=_num(m.p80_s),
+                     spread=_num(m.spread), warmup_s=_num(m.warmup_s), screened=bool(m.screened))
+                for m in measurements]
+
+        def write(conn):
+            self._put_env(conn, env, target, fields)
+            self._put_key(conn, key)
+            conn.execute(delete(MeasurementRow).where(MeasurementRow.key == key, MeasurementRow.env == env))
+            if rows:
+                conn.execute(insert(MeasurementRow), rows)
+
+        self._run(write, write=True)
+
+    def load_measurements(self, key, env):
+        import json
+
+        cols = (MeasurementRow.candidate, MeasurementRow.params, MeasurementRow.mode, MeasurementRow.median_s,
+                MeasurementRow.p20_s, MeasurementRow.p80_s, MeasurementRow.spread, MeasurementRow.reps,
+                MeasurementRow.warmup_s, MeasurementRow.screened)
+        rows = self._run(lambda conn: conn.execute(
+            select(*cols).where(MeasurementRow.key == key, MeasurementRow.env == env)
+            .order_by(MeasurementRow.id)).all(), write=False)
+        return [MeasurementRecord(r.candidate, json.loads(r.params), r.mode, _nan(r.median_s), _nan(r.p20_s),
+                                  _nan(r.p80_s), _nan(r.spread), r.reps, _nan(r.warmup_s), bool(r.screened))
+                for r in rows]
+
+    # --- counters and recorded keys -----------------------------------------
+    def add_counts(self, deltas):
+        deltas = [d for d in deltas if d.hits or d.misses or d.fallbacks]
+        if not deltas:
+            return
+        envs = {d.env: self._env_of(d.env, _key_target(d.key)) for d in deltas}
+
+        def write(conn):
+            for fingerprint, (target, fields) in envs.items():
+                self._put_env(conn, fingerprint, target, fields)
+            for d in deltas:
+                self._put_key(conn, d.key)
+                stmt = (update(CounterRow)
+                        .where(CounterRow.key == d.key, CounterRow.candidate == d.candidate,
+                               CounterRow.params == d.params, CounterRow.env == d.env)
+                        .values(hits=CounterRow.hits + d.hits, misses=CounterRow.misses + d.misses,
+                                fallbacks=CounterRow.fallbacks + d.fallbacks))
+                if conn.execute(stmt).rowcount == 0:
+                    conn.execute(insert(CounterRow).values(key=d.key, candidate=d.candidate, params=d.params,
+                                                           env=d.env, hits=d.hits, misses=d.misses,
+                                                           fallbacks=d.fallbacks))
+
+        self._run(write, write=True)
+
+    def counts(self):
+        rows = self._run(lambda conn: conn.execute(select(
+            CounterRow.key, CounterRow.candidate, CounterRow.params, CounterRow.env, CounterRow.hits,
+            CounterRow.misses, CounterRow.fallbacks)).all(), write=False)
+        return [CountDelta(*r) for r in rows]
+
+    def record_key(self, key, dims, env):
+        target, fields = self._env_of(env, _key_target(key))
+
+        def write(conn):
+            self._put_env(conn, env, target, fields)
+            self._put_key(conn, key)
+            found = select(RecordedKey.id).where(RecordedKey.key == key, RecordedKey.env == env)
+            if conn.execute(found).first() is None:
+                conn.execute(insert(RecordedKey).values(key=key, env=env, dims=dict(dims)))
+
+        self._run(write, write=True)
+
+    def recorded_keys(self):
+        rows = self._run(lambda conn: conn.execute(
+            select(RecordedKey.key, RecordedKey.dims).order_by(RecordedKey.id)).all(), write=False)
+        seen: dict[str, dict] = {}
+        for key, dims in rows:
+            seen.setdefault(key, dict(dims or {}))
+        return list(seen.items())
+
+    # --- maintenance (stats, prune, doctor, export) ---------------------------
+    def environments(self) -> list[dict]:
+        """Every stored environment: fingerprint, target, fields, and how many rows of each kind use it."""
+        def read(conn):
+            envs = conn.execute(select(Environment.fingerprint, Environment.target, Environment.fields)).all()
+            counts = {}
+            for name, model in (("solutions", SolutionRow), ("verdicts", VerdictRow),
+                                ("measurements", MeasurementRow), ("counters", CounterRow),
+                                ("recorded", RecordedKey)):
+                for fp, n in conn.execute(select(model.env, func.count()).group_by(model.env)).all():
+                    counts.setdefault(fp, {})[name] = n
+            return [{"fingerprint": fp, "target": target, "fields": dict(fields or {}),
+                     "rows": counts.get(fp, {})} for fp, target, fields in envs]
+
+        return self._run(read, write=False)
+
+    def candidate_tiers(self) -> dict[str, str]:
+        """Code identity -> tier name, as recorded when the candidate was first stored."""
+        rows = self._run(lambda conn: conn.execute(select(CandidateRow.identity, CandidateRow.tier)).all(),
+                         write=False)
+        return dict(rows)
+
+    def prune(self, fingerprints: list[str]) -> dict[str, int]:
+        """Delete every solution, verdict, measurement, counter and recorded key of these environments.
+
+        Environment rows stay (tiny, and they name what changed). Returns rows removed per table.
+        """
+        if not fingerprints:
+            return {}
+
+        def write(conn):
+            removed = {}
+            for name, model in (("solutions", SolutionRow), ("verdicts", VerdictRow),
+                                ("measurements", MeasurementRow), ("counters", CounterRow),
+                                ("recorded", RecordedKey)):
+                removed[name] = conn.execute(delete(model).where(model.env.in_(fingerprints))).rowcount
+            return removed
+
+        removed = self._run(write, write=True)
+        with self._lock:
+            gone = set(fingerprints)
+            self._solutions = {k: v for k, v in self._solutions.items() if k[1] not in gone}
+            self._verdicts = {k: v for k, v in self._verdicts.items() if k.env not in gone}
+        return removed
+
+    def table_counts(self) -> dict[str, int]:
+        models = (Environment, ProblemKeyRow, CandidateRow, VerdictRow, MeasurementRow, SolutionRow, CounterRow,
+                  RecordedKey)
+        return self._run(lambda conn: {m.__tablename__: conn.execute(select(func.count()).select_from(m)).scalar()
+                                       for m in models}, write=False)
+
+    def integrity_check(self) -> list[str]:
+        """Problems found by the database's own check (SQLite ``PRAGMA integrity_check``); [] when sound."""
+        if make_url(self.url).get_backend_name() != "sqlite":
+            return []  # server databases check themselves; reading the schema version above was the probe
+
+        def read(conn):
+            rows = [r[0] for r in conn.exec_driver_sql("PRAGMA integrity_check").all()]
+            fk = conn.exec_driver_sql("PRAGMA foreign_key_check").all()
+            return ([] if rows == ["ok"] else rows) + [f"dangling reference in {r[0]} row {r[1]} to {r[2]}"
+                                                       for r in fk]
+
+        return self._run(read, write=False)
+
+    def close(self) -> None:
+        self._engine.dispose()

@@ -1,0 +1,244 @@
+"""Export and import a registry as validated JSON (pydantic models, schema version inside).
+
+``export_registry(store)`` reads every environment, candidate, verdict,
+measurement and solution of a ``SqlStore`` into a ``RegistryExport``.
+``read_export(path)`` parses and validates a file: a malformed one raises
+``ImportFileError`` naming the file and each field at fault (JSON syntax errors
+name the line and column). ``import_registry(store, data)`` merges in one
+transaction: new rows are added, identical ones skipped, and a differing row
+(another winner for the same key and environment, a verdict that disagrees) is
+a *conflict*: kept as it is and reported, or replaced with ``overwrite=True``.
+Nothing from a file is ever executed: candidates are referenced by name and
+code identity, and only a registered candidate can run.
+"""
+from __future__ import annotations
+
+import json
+import math
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from sqlalchemy import insert, select, update
+
+from arbiter.errors import RegistryError
+from arbiter.keys import ProblemKey
+from arbiter.store.models import (SCHEMA_VERSION, CandidateRow, Environment, MeasurementRow, ProblemKeyRow,
+                                  SolutionRow, VerdictRow, utcnow)
+
+FORMAT = "kernel-arbiter-registry"
+Text = Field(max_length=4096)
+
+
+class ImportFileError(RegistryError):
+    """An import file that is not valid JSON or not a registry export; the message names each fault."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", ser_json_inf_nan="strings")
+
+
+class _Keyed(_Model):
+    key: str = Field(max_length=512)
+
+    @field_validator("key")
+    @classmethod
+    def _problem_key(cls, v: str) -> str:
+        ProblemKey.parse(v)  # raises ValueError naming the text
+        return v
+
+
+class EnvironmentModel(_Model):
+    fingerprint: str = Field(pattern=r"^[0-9a-f]{8,64}$")
+    target: str = Field(max_length=32)
+    fields: dict[str, str]
+
+
+class CandidateModel(_Model):
+    identity: str = Field(max_length=256)
+    name: str = Field(max_length=128)
+    target: str = Field(max_length=32)
+    op: str = Field(max_length=64)
+    tier: Literal["SYNTHESIZED", "EMITTED", "HAND_TUNED", ""]
+
+
+class VerdictModel(_Keyed):
+    identity: str = Field(max_length=256)
+    params: str = Field(max_length=1024)
+    env: str
+    passed: bool
+    reason: str = Text
+    rel_error: float | None
+    max_excess: float | None
+    probes: list[str] = Field(max_length=64)
+    budget_rel_fro: float
+    budget_atol: float
+    budget_rtol: float
+    looser_budget: bool
+    seconds: float
+
+
+class MeasurementModel(_Keyed):
+    env: str
+    candidate: str = Field(max_length=128)
+    params: str = Field(max_length=1024)
+    mode: Literal["device", "latency"]
+    reps: int = Field(ge=0)
+    median_s: float | None
+    p20_s: float | None
+    p80_s: float | None
+    spread: float | None
+    warmup_s: float | None
+    screened: bool
+
+
+class SolutionModel(_Keyed):
+    env: str
+    candidate: str = Field(max_length=128)
+    identity: str = Field(max_length=256)
+    params: dict
+    policy: Literal["tier", "measured", "forced"]
+    margin: float | None
+    note: str = Text
+    created: datetime
+
+
+class RegistryExport(_Model):
+    format: Literal["kernel-arbiter-registry"]
+    schema_version: int = Field(ge=1, le=SCHEMA_VERSION)
+    exported: datetime
+    environments: list[EnvironmentModel]
+    candidates: list[CandidateModel]
+    verdicts: list[VerdictModel]
+    measurements: list[MeasurementModel]
+    solutions: list[SolutionModel]
+
+    @model_validator(mode="after")
+    def _references(self):
+        envs = {e.fingerprint for e in self.environments}
+        idents = {c.identity for c in self.candidates}
+        for section in ("verdicts", "measurements", "solutions"):
+            for i, row in enumerate(getattr(self, section)):
+                if row.env not in envs:
+                    raise ValueError(f"{section}.{i}.env: {row.env!r} is not among the file's environments")
+                if section != "measurements" and row.identity not in idents:
+                    raise ValueError(f"{section}.{i}.identity: {row.identity!r} is not among the file's candidates")
+        return self
+
+
+def _plain(x):
+    return None if x is None or (isinstance(x, float) and math.isnan(x)) else x
+
+
+def export_registry(store) -> RegistryExport:
+    """Everything a ``SqlStore`` holds except counters (they describe this user's dispatches)."""
+    def read(conn):
+        def rows(model, cols):
+            return [dict(zip(cols, r)) for r in conn.execute(select(*(getattr(model, c) for c in cols))).all()]
+
+        return dict(
+            environments=rows(Environment, ("fingerprint", "target", "fields")),
+            candidates=rows(CandidateRow, ("identity", "name", "target", "op", "tier")),
+            verdicts=rows(VerdictRow, tuple(VerdictModel.model_fields)),
+            measurements=rows(MeasurementRow, tuple(MeasurementModel.model_fields)),
+            solutions=rows(SolutionRow, tuple(SolutionModel.model_fields)),
+        )
+
+    data = store._run(read, write=False)
+    for section in ("verdicts", "measurements", "solutions"):
+        for row in data[section]:
+            for name, value in row.items():
+                row[name] = _plain(value)
+    for env in data["environments"]:
+        env["fields"] = env["fields"] or {}
+    return RegistryExport(format=FORMAT, schema_version=SCHEMA_VERSION, exported=utcnow(), **data)
+
+
+def write_export(data: RegistryExport, path: str) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(data.model_dump_json(indent=1))
+
+
+def read_export(path: str) -> RegistryExport:
+    """Parse and validate an export file; ImportFileError names the file and every field at fault."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ImportFileError(f"{path}: cannot be read ({exc}).") from exc
+    try:
+        return RegistryExport.model_validate_json(text)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors()[:20]:
+            where = ".".join(str(p) for p in err["loc"]) or "(file)"
+            problems.append(f"  {where}: {err['msg']}")
+        more = f"\n  ... and {exc.error_count() - 20} more" if exc.error_count() > 20 else ""
+        raise ImportFileError(f"{path}: not a valid kernel-arbiter export; nothing was imported:\n"
+                              + "\n".join(problems) + more) from None
+
+
+def import_registry(store, data: RegistryExport, *, overwrite: bool = False) -> dict:
+    """Merge ``data`` into ``store`` in one transaction. Returns {"added": {...}, "unchanged": n, "conflicts": [...]}."""
+    report = {"added": {"environments": 0, "candidates": 0, "verdicts": 0, "measurements": 0, "solutions": 0},
+              "replaced": 0, "unchanged": 0, "conflicts": []}
+
+    def conflict(what: str, mine, theirs):
+        report["conflicts"].append(f"{what}: registry has {mine}, file has {theirs}"
+                                   + (" (replaced)" if overwrite else " (kept the registry's)"))
+
+    def write(conn):
+        for k in report["added"]:
+            report["added"][k] = 0
+        report["replaced"], report["unchanged"], report["conflicts"][:] = 0, 0, []
+        for e in data.environments:
+            row = conn.execute(select(Environment.fields).where(Environment.fingerprint == e.fingerprint)).first()
+            if row is None:
+                conn.execute(insert(Environment).values(fingerprint=e.fingerprint, target=e.target, fields=e.fields))
+                report["added"]["environments"] += 1
+            elif not row.fields:
+                conn.execute(update(Environment).where(Environment.fingerprint == e.fingerprint)
+                             .values(fields=e.fields))
+        for c in data.candidates:
+            if conn.execute(select(CandidateRow.identity).where(CandidateRow.identity == c.identity)).first() is None:
+                conn.execute(insert(CandidateRow).values(**c.model_dump()))
+                report["added"]["candidates"] += 1
+        keys = {r.key for s in (data.verdicts, data.measurements, data.solutions) for r in s}
+        for key in keys:
+            if conn.execute(select(ProblemKeyRow.id).where(ProblemKeyRow.id == key)).first() is None:
+                p = ProblemKey.parse(key)
+                conn.execute(insert(ProblemKeyRow).values(
+                    id=key, target=p.target, op=p.op, dtype=p.dtype, layout=p.layout,
+                    attrs=key.split(":")[4], bucket=key.split(":")[5]))
+        _merge(conn, VerdictRow, data.verdicts, ("identity", "params", "key", "env"), ("passed",),
+               "verdicts", report, conflict, overwrite)
+        _merge(conn, MeasurementRow, data.measurements, ("key", "env", "candidate", "params", "mode"),
+               ("median_s",), "measurements", report, conflict, overwrite)
+        _merge(conn, SolutionRow, data.solutions, ("key", "env"), ("candidate", "params"),
+               "solutions", report, conflict, overwrite)
+
+    store._run(write, write=True)
+    store._loaded.clear()  # caches refill from the database on next use
+    store._solutions.clear()
+    store._verdicts.clear()
+    return report
+
+
+def _merge(conn, model, rows, match, compare, section, report, conflict, overwrite):
+    for row in rows:
+        values = row.model_dump()
+        where = [getattr(model, c) == values[c] for c in match]
+        found = conn.execute(select(*(getattr(model, c) for c in compare)).where(*where)).first()
+        if found is None:
+            conn.execute(insert(model).values(**values))
+            report["added"][section] += 1
+            continue
+        mine = tuple(found)
+        theirs = tuple(values[c] for c in compare)
+        if json.dumps(mine, sort_keys=True, default=str) == json.dumps(theirs, sort_keys=True, default=str):
+            report["unchanged"] += 1
+            continue
+        conflict(f"{section[:-1]} {' '.join(str(values[c]) for c in match)}", mine, theirs)
+        if overwrite:
+            conn.execute(update(model).where(*where).values(**values))
+            report["replaced"] += 1
