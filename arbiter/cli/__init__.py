@@ -33,6 +33,7 @@ def _root(db: str = typer.Option(None, "--db", help="Registry: a file path or SQ
 
 from arbiter.cli import run as _run  # noqa: E402,F401  (registers commands)
 from arbiter.cli import tune as _tune  # noqa: E402,F401
+from arbiter.cli import registry as _registry  # noqa: E402,F401
 
 
 def main() -> None:
