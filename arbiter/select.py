@@ -83,9 +83,9 @@ def screen(region, all_params: bool = False) -> list[Row]:
             for params in (cand.param_space() if all_params else cand.param_space()[:1])]
 
 
-def gate(row: Row, region, store, env) -> bool:
-    """Run (or fetch) the row's verdict; returns whether it passed."""
-    verdict, now = verdict_for(row.candidate, row.params, region, store, env)
+def gate(row: Row, region, store, env, verifier=None) -> bool:
+    """Run (or fetch) the row's verdict; returns whether it was computed now."""
+    verdict, now = verdict_for(row.candidate, row.params, region, store, env, verifier)
     row.verdict = verdict
     row.status = "passed" if verdict.passed else "failed"
     if not verdict.passed:
@@ -94,12 +94,14 @@ def gate(row: Row, region, store, env) -> bool:
 
 
 def decide(region, store, *, force: str | None = None, prefer: list[tuple[str, dict]] | None = None,
-           gate_all: bool = True, all_params: bool = False) -> Decision:
+           gate_all: bool = True, all_params: bool = False, verifier=None) -> Decision:
     """Choose a solution for ``region``'s key.
 
     ``force``: the candidate name to use (it must still pass the gate).
     ``prefer``: (name, params) solutions to try first (the bucket ladder's hint), before tier order.
     ``gate_all``: verify every applicable row (for ``explain``); otherwise stop at the first pass.
+    ``all_params``: a row per parameter set (tuning); otherwise each candidate's default only.
+    ``verifier``: replaces ``verify.verify`` for verdicts not yet stored (crash isolation).
     Raises NoCandidateError (listing every row and its reason) when nothing passes.
     """
     env = envmod.environment(region.target)
@@ -126,7 +128,7 @@ def decide(region, store, *, force: str | None = None, prefer: list[tuple[str, d
         if winner is not None and not gate_all:
             row.status = "unchecked"
             continue
-        verified += gate(row, region, store, env)
+        verified += gate(row, region, store, env, verifier)
         if row.status == "passed" and winner is None:
             winner = row
     for row in rows:

@@ -17,8 +17,9 @@ import time
 
 from arbiter import select
 from arbiter.candidates import params_id
-from arbiter.store import MeasurementRecord, SolutionRecord
-from arbiter.timing import measure
+from arbiter.store import MeasurementRecord, SolutionRecord, VerdictKey
+from arbiter.timing import Measurement, measure
+from arbiter.verify import Verdict
 
 SEPARATION = 2.0  # a margin must exceed twice the relative spread to count
 
@@ -34,34 +35,68 @@ def separated(fast, slow) -> tuple[bool, float]:
     return margin > SEPARATION * max(fast.spread, slow.spread), margin
 
 
-def tune_region(region, store, *, mode: str = "device", budget_s: float | None = None, progress=None):
+class InProcess:
+    """Verify and time in this process (the default runner)."""
+
+    verify = None  # select.decide then uses arbiter.verify.verify
+
+    @staticmethod
+    def measure(candidate, params, region, **kwargs):
+        return measure(candidate, params, region, **kwargs)
+
+
+def _crashed_while_timing(row, region, store, env, reason: str) -> None:
+    """A solution that passed the gate but crashed when timed: fail it, persistently, so it is never served."""
+    row.status, row.reason = "failed", f"crashed while timed: {reason}"
+    v = row.verdict
+    row.verdict = Verdict(False, row.reason, v.rel_error, v.max_excess, v.probes, v.budget, v.looser_budget,
+                          v.seconds)
+    store.save_verdict(VerdictKey(row.candidate.identity(), params_id(row.params), region.key.id, env.fingerprint),
+                       row.verdict, row.candidate)
+
+
+def tune_region(region, store, *, mode: str = "device", budget_s: float | None = None, progress=None,
+                runner=None):
     """Gate and time every solution for ``region``'s key; persist and return the ``Decision``.
 
     ``budget_s`` caps the timing of the whole key (split evenly over the solutions that passed).
     ``progress(row, measurement)`` is called after each solution is timed.
+    ``runner``: where verification and timing run (``InProcess`` by default; ``arbiter.isolate.Isolated``
+    for a child process per solution, so a crashing or hanging candidate only fails itself).
     """
-    decision = select.decide(region, store, gate_all=True, all_params=True)
-    passed = [r for r in decision.rows if r.status == "passed"]
-    default = decision.winner  # the tier default
-    cap = 1.0 if budget_s is None else max(0.05, budget_s / max(len(passed), 1))
+    runner = runner or InProcess()
+    decision = select.decide(region, store, gate_all=True, all_params=True, verifier=runner.verify)
+    cap = 1.0 if budget_s is None else max(0.05, budget_s / max(1, sum(r.status == "passed" for r in decision.rows)))
     modes = [mode] if region.target == "cpu" else ["device", "latency"]
     records, best = [], None
     # Time the tier default first, so early screening has a baseline from the start.
-    for row in [default] + [r for r in passed if r is not default]:
-        m = measure(row.candidate, row.params, region, mode=mode, time_cap_s=cap, best_so_far=best)
+    order = [decision.winner] + [r for r in decision.rows if r.status == "passed" and r is not decision.winner]
+    for row in order:
+        m = runner.measure(row.candidate, row.params, region, mode=mode, time_cap_s=cap, best_so_far=best)
+        if not isinstance(m, Measurement):
+            _crashed_while_timing(row, region, store, decision.env, getattr(m, "reason", str(m)))
+            continue
         row.timing = m
         records.append(_record(row, m))
         if region.target == "cpu":  # one run serves both modes on the CPU (see arbiter.timing)
-            records.append(_record(row, m.__class__(**{**m.__dict__, "mode": "latency"})))
+            records.append(_record(row, Measurement(**{**m.__dict__, "mode": "latency"})))
         else:
             for other in modes:
                 if other != mode and not m.screened:
-                    records.append(_record(row, measure(row.candidate, row.params, region, mode=other,
-                                                        time_cap_s=cap)))
+                    extra = runner.measure(row.candidate, row.params, region, mode=other, time_cap_s=cap)
+                    if isinstance(extra, Measurement):
+                        records.append(_record(row, extra))
         if not m.screened and (best is None or m.median_s < best):
             best = m.median_s
         if progress is not None:
             progress(row, m)
+
+    passed = [r for r in decision.rows if r.status == "passed"]
+    if not passed:
+        from arbiter.errors import NoCandidateError
+
+        raise NoCandidateError(region.key, decision.rows)
+    default = next((r for r in order if r.status == "passed"))  # the tier default (or the next one standing)
 
     # Screened solutions keep their short estimate: it is over 1.5x (or 1.15x) the best, so it ranks last.
     timed = sorted(passed, key=lambda r: (r.timing.screened, r.timing.median_s))

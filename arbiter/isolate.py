@@ -1,0 +1,133 @@
+"""Crash isolation for tuning (``arbiter tune --isolate``).
+
+Each candidate's verification and timing run in a child process with a time
+limit (and, optionally, an address-space limit). A candidate that segfaults,
+hangs, or exhausts memory is recorded as failed with that reason, and tuning
+goes on with the rest.
+
+The child rebuilds the region from its description (op, target, dtype, dims,
+attributes, layout, seed) and looks the candidate up by name, so nothing but
+plain data crosses the process boundary. On the CPU the child is forked (so
+candidates registered at run time are there too); on GPU targets it is spawned,
+since a CUDA context does not survive a fork: candidates must then be
+importable (built-in, entry point, or registered at import of a module).
+"""
+from __future__ import annotations
+
+import math
+import multiprocessing as mp
+import signal
+import time
+import traceback
+from dataclasses import dataclass
+
+from arbiter.verify import Verdict, budget_of
+
+
+@dataclass(frozen=True)
+class Crash:
+    reason: str
+
+
+def _describe(region) -> dict:
+    return {"op": region.op, "target": region.target, "dtype": region.dtype, "dims": dict(region.dims),
+            "attrs": dict(region.attrs), "layout": region.layout, "extra": region_extra(region)}
+
+
+def region_extra(region) -> dict:
+    """Attributes outside the key that a rebuilt region must keep (e.g. RMSNorm's eps)."""
+    return {"eps": region.eps} if hasattr(region, "eps") else {}
+
+
+def _rebuild(desc: dict):
+    import numpy as np
+
+    from arbiter.ops import op_kind
+
+    kind = op_kind(desc["op"])
+    region = kind.region_type.random(desc["target"], desc["dtype"], desc["dims"], desc["attrs"], desc["layout"],
+                                     np.random.default_rng(0), **desc["extra"])
+    return region
+
+
+def _child(conn, job, desc, name, params, kwargs, memory_bytes):
+    try:
+        if memory_bytes:
+            import resource
+
+            resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
+        from arbiter.candidates import REGISTRY
+        from arbiter.timing import measure
+        from arbiter.verify import verify
+
+        region = _rebuild(desc)
+        candidate = REGISTRY.get(name, desc["target"], desc["op"])
+        if candidate is None:
+            conn.send(Crash(f"candidate {name!r} is not registered in a fresh process (isolation needs it importable)"))
+            return
+        result = verify(candidate, params, region) if job == "verify" else measure(candidate, params, region, **kwargs)
+        conn.send(result)
+    except MemoryError:
+        conn.send(Crash("exhausted memory (MemoryError)"))
+    except BaseException as exc:  # report anything, never hang the parent
+        conn.send(Crash(f"raised {type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}"))
+    finally:
+        conn.close()
+
+
+class Isolated:
+    """Runs ``verify`` and ``measure`` of one solution in a child process."""
+
+    def __init__(self, timeout_s: float = 120.0, memory_bytes: int | None = None):
+        self.timeout_s = timeout_s
+        self.memory_bytes = memory_bytes
+
+    def _call(self, job, candidate, params, region, kwargs=None):
+        method = "fork" if region.target == "cpu" and "fork" in mp.get_all_start_methods() else "spawn"
+        ctx = mp.get_context(method)
+        parent, child = ctx.Pipe(duplex=False)
+        proc = ctx.Process(target=_child, args=(child, job, _describe(region), candidate.name, params,
+                                                kwargs or {}, self.memory_bytes), daemon=True)
+        proc.start()
+        child.close()
+        deadline = time.monotonic() + self.timeout_s
+        result = None
+        while result is None:
+            if parent.poll(0.05):
+                try:
+                    result = parent.recv()
+                except EOFError:
+                    result = None
+                    break
+            elif not proc.is_alive():
+                if parent.poll(0):
+                    continue
+                break
+            elif time.monotonic() > deadline:
+                proc.kill()
+                proc.join()
+                return Crash(f"timed out after {self.timeout_s:g} s (killed)")
+        proc.join(5)
+        if result is None:
+            code = proc.exitcode
+            if code is not None and code < 0:
+                try:
+                    sig = signal.Signals(-code).name
+                except ValueError:
+                    sig = f"signal {-code}"
+                return Crash(f"crashed with {sig}")
+            return Crash(f"child exited with status {code} and no result")
+        return result
+
+    def verify(self, candidate, params, region) -> Verdict:
+        start = time.perf_counter()
+        result = self._call("verify", candidate, params, region)
+        if isinstance(result, Crash):
+            budget, looser = budget_of(candidate, region.op, region.dtype)
+            return Verdict(False, f"isolated: {result.reason}", math.nan, math.inf, (), budget, looser,
+                           time.perf_counter() - start)
+        return result
+
+    def measure(self, candidate, params, region, **kwargs):
+        """A Measurement, or a Crash saying why timing failed."""
+        return self._call("measure", candidate, params, region, kwargs)
