@@ -13,6 +13,7 @@ Measurements (both modes on GPUs), the verdicts and the solution are persisted.
 """
 from __future__ import annotations
 
+import contextlib
 import time
 
 from arbiter import select
@@ -56,25 +57,34 @@ def _crashed_while_timing(row, region, store, env, reason: str) -> None:
 
 
 def tune_region(region, store, *, mode: str = "device", budget_s: float | None = None, progress=None,
-                runner=None):
+                runner=None, timing_lock=None):
     """Gate and time every solution for ``region``'s key; persist and return the ``Decision``.
 
     ``budget_s`` caps the timing of the whole key (split evenly over the solutions that passed).
     ``progress(row, measurement)`` is called after each solution is timed.
     ``runner``: where verification and timing run (``InProcess`` by default; ``arbiter.isolate.Isolated``
     for a child process per solution, so a crashing or hanging candidate only fails itself).
+    ``timing_lock``: held while timing (not while verifying), so workers sharing one device never time
+    at the same time (``arbiter.parallel`` passes one for CPU workers).
     """
     runner = runner or InProcess()
     decision = select.decide(region, store, gate_all=True, all_params=True, verifier=runner.verify)
     cap = 1.0 if budget_s is None else max(0.05, budget_s / max(1, sum(r.status == "passed" for r in decision.rows)))
     modes = [mode] if region.target == "cpu" else ["device", "latency"]
-    records, best = [], None
     # Time the tier default first, so early screening has a baseline from the start.
     order = [decision.winner] + [r for r in decision.rows if r.status == "passed" and r is not decision.winner]
+    with timing_lock or contextlib.nullcontext():
+        records = _time_rows(order, region, store, decision.env, runner, mode, cap, modes, progress)
+    return _decide_by_time(decision, order, records, region, store)
+
+
+def _time_rows(order, region, store, env, runner, mode, cap, modes, progress) -> list[MeasurementRecord]:
+    """Time each row (screening against the best so far); rows that crash are failed persistently."""
+    records, best = [], None
     for row in order:
         m = runner.measure(row.candidate, row.params, region, mode=mode, time_cap_s=cap, best_so_far=best)
         if not isinstance(m, Measurement):
-            _crashed_while_timing(row, region, store, decision.env, getattr(m, "reason", str(m)))
+            _crashed_while_timing(row, region, store, env, getattr(m, "reason", str(m)))
             continue
         row.timing = m
         records.append(_record(row, m))
@@ -90,7 +100,11 @@ def tune_region(region, store, *, mode: str = "device", budget_s: float | None =
             best = m.median_s
         if progress is not None:
             progress(row, m)
+    return records
 
+
+def _decide_by_time(decision, order, records, region, store):
+    """Apply the separation rule to the timed rows; persist measurements and the solution."""
     passed = [r for r in decision.rows if r.status == "passed"]
     if not passed:
         from arbiter.errors import NoCandidateError

@@ -99,6 +99,10 @@ def tune(
     budget_seconds: Optional[float] = typer.Option(None, help="Stop starting new keys after this many seconds."),
     force: bool = typer.Option(False, help="Re-tune keys that already have a measured solution here."),
     dry_run: bool = typer.Option(False, "--dry-run", help="List the keys that would be tuned; tune nothing."),
+    workers: int = typer.Option(1, min=1, help="Worker processes sharing the keys (CPU)."),
+    devices: Optional[str] = typer.Option(None, help="GPU ids, e.g. 0,1: one worker per device."),
+    isolate: bool = typer.Option(False, help="Verify and time each solution in a child process, so a crash, hang "
+                                             "or memory exhaustion fails only that solution."),
 ):
     """Gate and time every solution per key; persist measured winners. Resumable: keys already tuned are skipped."""
     console = make_console()
@@ -140,6 +144,14 @@ def tune(
         for problem, region in todo:
             console.print(f"would tune {problem.label}  [{region.key.id}]")
         return
+    if workers > 1 or devices:
+        _tune_parallel(console, [p for p, _ in todo], target, workers, devices, mode, isolate, budget_seconds)
+        return
+    runner = None
+    if isolate:
+        from arbiter.isolate import Isolated
+
+        runner = Isolated()
     tuned = 0
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                   TimeElapsedColumn(), console=console, transient=True) as progress:
@@ -151,7 +163,7 @@ def tune(
             n = sum(len(c.param_space()) for c in REGISTRY.candidates(region.target, region.op))
             cand_task = progress.add_task(f"  {problem.label}", total=n)
             try:
-                decision = tune_region(region, st, mode=mode,
+                decision = tune_region(region, st, mode=mode, runner=runner,
                                        progress=lambda row, m: progress.advance(cand_task))
             except NoCandidateError as exc:
                 console.print(f"[red]{exc}[/red]")
@@ -162,6 +174,36 @@ def tune(
             tuned += 1
             progress.advance(keys_task)
     console.print(f"tuned {tuned} key(s) on {target}; registry: {getattr(st, 'url', type(st).__name__)}")
+
+
+def _tune_parallel(console, problems, target, workers, devices, mode, isolate, budget_seconds):
+    from arbiter.parallel import tune_parallel
+
+    device_ids = None
+    if devices:
+        try:
+            device_ids = [int(d) for d in devices.split(",") if d.strip()]
+        except ValueError:
+            raise typer.BadParameter(f"{devices!r} is not like 0,1,2", param_hint="--devices") from None
+
+    def event(kind, label, info):
+        if kind in ("retry", "lost", "failed"):
+            console.print(f"[yellow]{kind}[/] {label}: {str(info).splitlines()[0]}")
+
+    outcome = tune_parallel(problems, target, workers=workers, devices=device_ids, mode=mode, isolate=isolate,
+                            on_event=event)
+    table = Table(title=f"tuned {len(outcome.tuned)} of {len(problems)} key(s) with "
+                        f"{len(device_ids) if device_ids else workers} worker(s) in {outcome.seconds:.1f} s",
+                  title_justify="left")
+    for col in ("problem", "winner", "policy", "margin", "device", "environment"):
+        table.add_column(col)
+    for label, info in outcome.tuned.items():
+        table.add_row(label, info["winner"], info["policy"],
+                      "" if info["margin"] is None else f"{info['margin'] * 100:+.1f}%",
+                      "" if info["device"] is None else str(info["device"]), info["env"])
+    console.print(table)
+    if outcome.lost or outcome.failed:
+        raise typer.Exit(1)
 
 
 @app.command()
