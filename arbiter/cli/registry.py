@@ -60,8 +60,8 @@ def _stale_envs(sql) -> list[dict]:
     found = []
     for e in sql.environments():
         now, why = current_environment(e["target"])
-        if now is None or now.fingerprint == e["fingerprint"]:
-            continue
+        if now is None or now.fingerprint == e["fingerprint"] or not any(e["rows"].values()):
+            continue  # unknown here, current, or already pruned (the row itself stays: it names the change)
         old = EnvironmentKey(e["target"], tuple(sorted(e["fields"].items())), e["fingerprint"])
         changed = {k: {"stored": a, "now": b} for k, (a, b) in old.diff(now).items()} if e["fields"] else {}
         found.append({**e, "changed": changed})
@@ -333,4 +333,4 @@ def import_cmd(
         out.print(f"conflict: {line}", highlight=False, soft_wrap=True)
     out.print(f"imported {file}: added " + ", ".join(f"{n} {k}" for k, n in report["added"].items())
               + f"; {report['unchanged']} unchanged, {len(report['conflicts'])} conflict(s), "
-              f"{report['replaced']} replaced", highlight=False)
+              f"{report['replaced']} replaced", highlight=False, soft_wrap=True)

@@ -162,12 +162,12 @@ class SqlStore(Store):
         self.where = self.path or make_url(self.url).render_as_string(hide_password=True)
         self.readonly = readonly
         if self.path is not None:
-            check_sqlite_file(self.path)
             if readonly and not os.path.exists(self.path):
                 raise RegistryError(f"{self.path}: the system registry does not exist; "
                                     f"unset ARBITER_SYSTEM_DB or point it at a registry file.")
             if not readonly and not _writable(self.path):
                 raise UnwritableRegistry(f"{self.path}: cannot be written (folder or file not writable).")
+            check_sqlite_file(self.path)
         self._engine = _engine(self.url, readonly)
         self._lock = threading.RLock()  # one DB operation at a time per store (in-memory SQLite needs it)
         self._solutions: dict[tuple[str, str], SolutionRecord] = {}
