@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from arbiter import regions
-from arbiter.oracles import matmul, rmsnorm, softmax
+from arbiter.oracles import attention, fft, gated, layernorm, matmul, pointwise, rmsnorm, softmax
 
 
 @dataclass(frozen=True)
@@ -42,3 +42,8 @@ def op_kind(name: str) -> OpKind:
 register_op("matmul", regions.Matmul, matmul.oracle)
 register_op("softmax", regions.Softmax, softmax.oracle)
 register_op("rmsnorm", regions.RMSNorm, rmsnorm.oracle)
+register_op("layernorm", regions.LayerNorm, layernorm.oracle)
+register_op("attention", regions.Attention, attention.oracle)
+register_op("fft", regions.FFT, fft.oracle)
+register_op("gated", regions.Gated, gated.oracle)
+register_op("pointwise", regions.Pointwise, pointwise.oracle)

@@ -17,7 +17,7 @@ import numpy as np
 
 from arbiter import targets
 from arbiter.errors import RegionError
-from arbiter.keys import POW2, ProblemKey, bucket_of, layout_class
+from arbiter.keys import EXACT, POW2, ProblemKey, bucket_of, layout_class
 
 DTYPES = ("float16", "bfloat16", "float32", "float64")
 # dtype -> name, filled as dtypes are seen: str(dtype) costs microseconds, a dict hit 50 ns.
@@ -42,6 +42,8 @@ class Region:
     DIMS: ClassVar[tuple[str, ...]] = ()  # the named dimensions, in the order `--shape AxBxC` gives them
     # Per-dimension bucket policies; a dimension not named here uses POW2.
     bucket_policy: ClassVar[dict] = {}
+    # The operand dtypes this op accepts (fft widens it to complex).
+    dtypes: ClassVar[tuple[str, ...]] = DTYPES
 
     __slots__ = ("target", "dtype", "key", "out", "back", "dims", "attrs", "layout")
 
@@ -59,8 +61,8 @@ class Region:
             raise RegionError(argument, f"lives on target {name!r}, but the first operand is on {target!r}; "
                                         "move all operands to one device")
         dtype = dtype_name(native.dtype)
-        if dtype not in DTYPES:
-            raise RegionError(argument, f"dtype {dtype} is not supported; use one of {', '.join(DTYPES)}")
+        if dtype not in self.dtypes:
+            raise RegionError(argument, f"dtype {dtype} is not supported; use one of {', '.join(self.dtypes)}")
         return name, native, back
 
     def _same_dtype(self, argument: str, array):
@@ -129,6 +131,11 @@ class Region:
         """True when the region fuses work after its root op (a root_only delegate can't serve it)."""
         return False
 
+    @property
+    def out_dtype(self) -> str:
+        """The output's dtype: the region's own, unless the op changes it (fft r2c / c2r)."""
+        return self.dtype
+
     def alloc_out(self):
         """The output buffer: ``out`` when the caller (or the gate) gave one, else a new C-contiguous array."""
         if self.out is not None:
@@ -159,10 +166,16 @@ def random_operand(target: str, shape, dtype: str, layout: str, rng, scale: floa
     if layout == "S" and len(shape) >= 1:
         # A strided view: every other element of a wider buffer along the last axis.
         wide = tuple(shape[:-1]) + (max(1, shape[-1] * 2),)
-        base = t.from_host(scale * rng.standard_normal(wide), dtype)
+        base = t.from_host(scale * _normal(rng, wide, dtype), dtype)
         return base[..., ::2][..., : shape[-1]]
-    data = scale * rng.standard_normal(shape)
+    data = scale * _normal(rng, shape, dtype)
     return t.from_host(data, dtype, order="F" if layout == "C" else "C")
+
+
+def _normal(rng, shape, dtype: str):
+    """Standard normal data; complex dtypes get independent real and imaginary parts."""
+    data = rng.standard_normal(shape)
+    return data + 1j * rng.standard_normal(shape) if dtype.startswith("complex") else data
 
 
 # ---------------------------------------------------------------------------
@@ -350,3 +363,411 @@ class RMSNorm(_RowRegion):
 
     def resized(self, dims, rng):
         return self.random(self.target, self.dtype, dims, None, self.layout, rng, eps=self.eps)
+
+
+# --- more op kinds -----------------------------------------------------------
+def _check_eps(eps) -> float:
+    if isinstance(eps, bool) or not isinstance(eps, (int, float, np.floating)) or not eps > 0 \
+            or not math.isfinite(eps):
+        raise RegionError("eps", f"must be a finite number > 0, got {eps!r}")
+    return float(eps)
+
+
+class LayerNorm(_RowRegion):
+    """``out = (x - mean) / sqrt(var + eps) * weight + bias`` over the last axis (biased variance).
+
+    ``weight`` and ``bias`` are ``[cols]``; ``bias`` may be None (attribute ``bias=0``).
+    ``eps`` is a runtime scalar, not part of the problem key.
+    """
+
+    op = "layernorm"
+    __slots__ = ("weight", "bias", "eps")
+
+    def __init__(self, x, weight, bias=None, eps: float = 1e-5, *, out=None):
+        rows, cols = self._rows(x, -1)
+        self.weight = self._row_vector("weight", weight, cols)
+        self.bias = None if bias is None else self._row_vector("bias", bias, cols)
+        self.eps = _check_eps(eps)
+        self._check_out(out, self.x.shape)
+        self._finish(layout_class(self.x), {"rows": rows, "cols": cols},
+                     (("bias", "1" if bias is not None else "0"),))
+
+    def _row_vector(self, argument, array, cols):
+        _, native, _ = self._adopt(argument, array, self.target)
+        self._same_dtype(argument, native)
+        if tuple(native.shape) != (cols,):
+            raise RegionError(argument, f"shape {tuple(native.shape)} should be ({cols},), the size of x's last axis")
+        return native
+
+    def operands(self):
+        ops = {"x": self.x, "weight": self.weight}
+        if self.bias is not None:
+            ops["bias"] = self.bias
+        return ops
+
+    @classmethod
+    def random(cls, target: str, dtype: str, dims: dict, attrs: dict | None = None, layout: str = "R",
+               rng: np.random.Generator | None = None, eps: float = 1e-5) -> "LayerNorm":
+        """A random instance: ``dims`` has rows, cols; ``attrs`` may set bias ('1' or '0', default '1')."""
+        rng = rng if rng is not None else np.random.default_rng(0)
+        x = cls._random_x(target, dtype, dims, True, layout, rng)
+        x += 3.0  # an offset mean: a one-pass variance formula loses digits here, as it does on real activations
+        weight = random_operand(target, (dims["cols"],), dtype, "R", rng)
+        bias = random_operand(target, (dims["cols"],), dtype, "R", rng) if _flag((attrs or {}).get("bias", "1")) \
+            else None
+        return cls(x, weight, bias, eps=eps)
+
+    def resized(self, dims, rng):
+        return self.random(self.target, self.dtype, dims, dict(self.attrs), self.layout, rng, eps=self.eps)
+
+
+class Attention(Region):
+    """Scaled dot-product attention: ``out = softmax(scale * q @ k^T + mask) @ v`` per (batch, head).
+
+    ``q`` is ``[batch, heads, q_len, d]``; ``k`` and ``v`` are ``[batch, heads, k_len, d]``
+    (``q_len`` and ``k_len`` may differ). ``causal``: query ``i`` attends keys ``j <= i``
+    (top-left aligned, as ``torch.nn.functional.scaled_dot_product_attention(is_causal=True)``),
+    so no row is ever fully masked. ``scale`` defaults to ``1/sqrt(d)``; it is a runtime scalar.
+    The head size ``d`` is bucketed exactly (kernels specialise on it); the other sizes by powers of two.
+    """
+
+    op = "attention"
+    DIMS = ("batch", "heads", "q", "k", "d")
+    bucket_policy = {"d": EXACT}
+    __slots__ = ("q", "k", "v", "causal", "scale")
+
+    def __init__(self, q, k, v, causal: bool = False, scale: float | None = None, *, out=None):
+        self.target, self.q, self.back = self._adopt("q", q)
+        self.dtype = dtype_name(self.q.dtype)
+        _, self.k, _ = self._adopt("k", k, self.target)
+        _, self.v, _ = self._adopt("v", v, self.target)
+        self._same_dtype("k", self.k)
+        self._same_dtype("v", self.v)
+        if self.q.ndim != 4:
+            raise RegionError("q", f"must be 4-D [batch, heads, q_len, d], got shape {tuple(self.q.shape)}")
+        b, h, sq, d = self.q.shape
+        if self.k.ndim != 4 or tuple(self.k.shape[:2]) != (b, h) or self.k.shape[3] != d:
+            raise RegionError("k", f"shape {tuple(self.k.shape)} should be [{b}, {h}, k_len, {d}]")
+        if tuple(self.v.shape) != tuple(self.k.shape):
+            raise RegionError("v", f"shape {tuple(self.v.shape)} should equal k's {tuple(self.k.shape)}")
+        sk = self.k.shape[2]
+        if sk == 0 and sq > 0:
+            raise RegionError("k", "k_len is 0: every query would attend to nothing")
+        if not isinstance(causal, (bool, np.bool_)):
+            raise RegionError("causal", f"must be a bool, got {type(causal).__name__}")
+        self.causal = bool(causal)
+        if scale is None:
+            scale = 1.0 / math.sqrt(d) if d else 1.0
+        elif isinstance(scale, bool) or not isinstance(scale, (int, float, np.floating)) or not math.isfinite(scale):
+            raise RegionError("scale", f"must be a finite number or None, got {scale!r}")
+        self.scale = float(scale)
+        self._check_out(out, self.q.shape)
+        self._finish(layout_class(self.q) + layout_class(self.k) + layout_class(self.v),
+                     {"batch": b, "heads": h, "q": sq, "k": sk, "d": d}, (("causal", "1" if self.causal else "0"),))
+
+    def operands(self):
+        return {"q": self.q, "k": self.k, "v": self.v}
+
+    def output_shape(self):
+        return tuple(self.q.shape)
+
+    @classmethod
+    def random(cls, target: str, dtype: str, dims: dict, attrs: dict | None = None, layout: str = "RRR",
+               rng: np.random.Generator | None = None, scale: float | None = None) -> "Attention":
+        """A random instance: ``dims`` has batch, heads, q, k, d; ``attrs`` may set causal ('1' or '0')."""
+        rng = rng if rng is not None else np.random.default_rng(0)
+        b, h, sq, sk, d = (dims[n] for n in cls.DIMS)
+        q = random_operand(target, (b, h, sq, d), dtype, layout[0], rng)
+        k = random_operand(target, (b, h, sk, d), dtype, layout[1], rng)
+        v = random_operand(target, (b, h, sk, d), dtype, layout[2], rng)
+        return cls(q, k, v, causal=_flag((attrs or {}).get("causal")), scale=scale)
+
+    def resized(self, dims, rng):
+        return self.random(self.target, self.dtype, dims, dict(self.attrs), self.layout, rng, scale=self.scale)
+
+
+_REAL_OF = {"complex64": "float32", "complex128": "float64"}
+_COMPLEX_OF = {v: k for k, v in _REAL_OF.items()}
+
+
+class FFT(Region):
+    """Batched 1-D discrete Fourier transform over the last axis of ``x``, of any length ``n``.
+
+    ``kind='c2c'``: complex ``x [..., n]`` to complex ``[..., n]``.
+    ``kind='r2c'``: real ``x [..., n]`` to the half spectrum ``[..., n//2 + 1]``; with ``inverse=True``
+    the converse (c2r): half spectrum ``x [..., n//2 + 1]`` to real ``[..., n]`` (pass ``n`` when it
+    is odd; it defaults to ``2 * (x.shape[-1] - 1)``). As in numpy.fft, the imaginary parts of the
+    zero (and, for even ``n``, the Nyquist) bins are ignored by c2r.
+    Normalisation is NumPy's "backward": the forward transform is unscaled, the inverse scales by 1/n.
+    The region's dtype is ``x``'s; ``out_dtype`` is the output's (complex for c2c and r2c, real for c2r).
+    The length ``n`` is bucketed exactly (FFT algorithms depend on its factors); the batch by powers of two.
+    """
+
+    op = "fft"
+    DIMS = ("batch", "n")
+    bucket_policy = {"n": EXACT}
+    dtypes = ("float32", "float64", "complex64", "complex128")
+    KINDS = ("c2c", "r2c")
+    __slots__ = ("x", "kind", "inverse", "n", "_out_dtype")
+
+    def __init__(self, x, kind: str = "c2c", inverse: bool = False, n: int | None = None, *, out=None):
+        self.target, self.x, self.back = self._adopt("x", x)
+        self.dtype = dtype_name(self.x.dtype)
+        if kind not in self.KINDS:
+            raise RegionError("kind", f"{kind!r} is not one of {', '.join(self.KINDS)}")
+        if not isinstance(inverse, (bool, np.bool_)):
+            raise RegionError("inverse", f"must be a bool, got {type(inverse).__name__}")
+        self.kind, self.inverse = kind, bool(inverse)
+        if self.x.ndim < 1:
+            raise RegionError("x", "must have at least one dimension (the transform runs over the last)")
+        length = self.x.shape[-1]
+        wants_complex = kind == "c2c" or self.inverse
+        if wants_complex and self.dtype not in _REAL_OF:
+            raise RegionError("x", f"dtype {self.dtype}: {self._kind_text()} takes complex64 or complex128")
+        if not wants_complex and self.dtype not in _COMPLEX_OF:
+            raise RegionError("x", f"dtype {self.dtype}: {self._kind_text()} takes float32 or float64")
+        if n is not None and (isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1):
+            raise RegionError("n", f"must be a positive int or None, got {n!r}")
+        if kind == "r2c" and self.inverse:
+            n = 2 * (length - 1) if n is None else int(n)
+            if n < 1 or n // 2 + 1 != length:
+                raise RegionError("n", f"{n} does not fit a half spectrum of {length} bins "
+                                       f"(needs n // 2 + 1 == {length}: n = {2 * length - 2} or {2 * length - 1})")
+            self._out_dtype, out_shape = _REAL_OF[self.dtype], self.x.shape[:-1] + (n,)
+        else:
+            if n is not None and n != length:
+                raise RegionError("n", f"{n} differs from x's last axis ({length}); pad or slice x instead")
+            if length < 1:
+                raise RegionError("x", "the last axis is empty; an FFT needs length >= 1")
+            n = length
+            self._out_dtype = self.dtype if kind == "c2c" else _COMPLEX_OF[self.dtype]
+            out_shape = self.x.shape if kind == "c2c" else self.x.shape[:-1] + (n // 2 + 1,)
+        self.n = n
+        self._check_fft_out(out, out_shape)
+        self._finish(layout_class(self.x), {"batch": math.prod(self.x.shape[:-1]), "n": n},
+                     (("kind", kind), ("inverse", "1" if self.inverse else "0")))
+
+    def _kind_text(self):
+        return "c2r (kind='r2c', inverse=True)" if self.kind == "r2c" and self.inverse else f"kind={self.kind!r}"
+
+    def _check_fft_out(self, out, shape):
+        self.out = None
+        if out is None:
+            return
+        _, native, _ = self._adopt("out", out, self.target)
+        if dtype_name(native.dtype) != self._out_dtype:
+            raise RegionError("out", f"dtype {native.dtype} should be {self._out_dtype} for {self._kind_text()}")
+        if tuple(native.shape) != tuple(shape):
+            raise RegionError("out", f"shape {tuple(native.shape)} should be {tuple(shape)}")
+        if not native.flags.c_contiguous:
+            raise RegionError("out", "must be C-contiguous")
+        self.out = native
+
+    @property
+    def out_dtype(self):
+        return self._out_dtype
+
+    @property
+    def c2r(self) -> bool:
+        return self.kind == "r2c" and self.inverse
+
+    def operands(self):
+        return {"x": self.x}
+
+    def output_shape(self):
+        if self.kind == "c2c":
+            return tuple(self.x.shape)
+        return tuple(self.x.shape[:-1]) + ((self.n,) if self.inverse else (self.n // 2 + 1,))
+
+    def alloc_out(self):
+        if self.out is not None:
+            return self.out
+        return _empty_like_target(self.target, self.output_shape(), self._out_dtype)
+
+    @classmethod
+    def random(cls, target: str, dtype: str, dims: dict, attrs: dict | None = None, layout: str = "R",
+               rng: np.random.Generator | None = None) -> "FFT":
+        """A random instance: ``dims`` has batch, n; ``attrs`` may set kind ('c2c', 'r2c') and inverse ('1', '0').
+
+        ``dtype`` is x's: complex for c2c and c2r, real for r2c. A real dtype given for c2c or c2r, or a
+        complex one for r2c, is mapped to its partner of the same precision.
+        """
+        attrs = attrs or {}
+        rng = rng if rng is not None else np.random.default_rng(0)
+        kind, inverse = attrs.get("kind", "c2c"), _flag(attrs.get("inverse"))
+        wants_complex = kind == "c2c" or inverse
+        dtype = (_COMPLEX_OF.get(dtype, dtype) if wants_complex else _REAL_OF.get(dtype, dtype))
+        batch, n = dims["batch"], dims["n"]
+        length = n // 2 + 1 if kind == "r2c" and inverse else n
+        x = random_operand(target, (batch, length), dtype, layout, rng)
+        return cls(x, kind=kind, inverse=inverse, n=n if kind == "r2c" and inverse else None)
+
+    def resized(self, dims, rng):
+        return self.random(self.target, self.dtype, dims, dict(self.attrs), self.layout, rng)
+
+
+class Gated(Region):
+    """SwiGLU-style gated projection: ``out = silu(x @ w_gate) * (x @ w_up)``.
+
+    ``x`` is ``[M, K]``, ``w_gate`` and ``w_up`` are ``[K, N]``. The gate (silu and the product)
+    is a fused epilogue of the two GEMMs, so a ``root_only`` delegate never applies.
+    """
+
+    op = "gated"
+    DIMS = ("m", "n", "k")
+    __slots__ = ("x", "w_gate", "w_up")
+
+    def __init__(self, x, w_gate, w_up, *, out=None):
+        self.target, self.x, self.back = self._adopt("x", x)
+        self.dtype = dtype_name(self.x.dtype)
+        _, self.w_gate, _ = self._adopt("w_gate", w_gate, self.target)
+        _, self.w_up, _ = self._adopt("w_up", w_up, self.target)
+        self._same_dtype("w_gate", self.w_gate)
+        self._same_dtype("w_up", self.w_up)
+        if self.x.ndim != 2:
+            raise RegionError("x", f"must be 2-D [M, K], got shape {tuple(self.x.shape)}")
+        m, k = self.x.shape
+        if self.w_gate.ndim != 2 or self.w_gate.shape[0] != k:
+            raise RegionError("w_gate", f"shape {tuple(self.w_gate.shape)} should be [{k}, N] (K from x)")
+        if tuple(self.w_up.shape) != tuple(self.w_gate.shape):
+            raise RegionError("w_up", f"shape {tuple(self.w_up.shape)} should equal w_gate's "
+                                      f"{tuple(self.w_gate.shape)}")
+        n = self.w_gate.shape[1]
+        self._check_out(out, (m, n))
+        self._finish(layout_class(self.x) + layout_class(self.w_gate) + layout_class(self.w_up),
+                     {"m": m, "n": n, "k": k}, (("activation", "silu"),))
+
+    @property
+    def has_epilogue(self):
+        return True
+
+    def operands(self):
+        return {"x": self.x, "w_gate": self.w_gate, "w_up": self.w_up}
+
+    def output_shape(self):
+        return (self.dims["m"], self.dims["n"])
+
+    @classmethod
+    def random(cls, target: str, dtype: str, dims: dict, attrs: dict | None = None, layout: str = "RRR",
+               rng: np.random.Generator | None = None) -> "Gated":
+        """A random instance: ``dims`` has m, n, k."""
+        rng = rng if rng is not None else np.random.default_rng(0)
+        m, n, k = dims["m"], dims["n"], dims["k"]
+        w_scale = 1.0 / math.sqrt(max(k, 1))  # unit-variance GEMM outputs whatever K is
+        return cls(random_operand(target, (m, k), dtype, layout[0], rng),
+                   random_operand(target, (k, n), dtype, layout[1], rng, scale=w_scale),
+                   random_operand(target, (k, n), dtype, layout[2], rng, scale=w_scale))
+
+    def resized(self, dims, rng):
+        return self.random(self.target, self.dtype, dims, None, self.layout, rng)
+
+
+POINTWISE_UNARY = ("neg", "abs", "relu", "exp", "tanh", "sigmoid", "silu", "gelu_tanh", "square")
+POINTWISE_BINARY = ("add", "sub", "mul", "max", "min")
+
+
+class Pointwise(Region):
+    """A chain of elementwise steps applied to ``x``: ``out = f_n(... f_1(x))``.
+
+    ``ops`` is a sequence of steps: ``(name,)`` for a unary op (one of ``POINTWISE_UNARY``),
+    ``(name, operand)`` for a binary op (one of ``POINTWISE_BINARY``) whose other operand is a
+    Python number or an array of ``x``'s shape and dtype; e.g.
+    ``[("mul", y), ("add", 1.0), ("relu",), ("tanh",)]`` is ``tanh(relu(x * y + 1))``.
+    The chain's structure (``mul[t]>add[s]>relu>tanh``: t a tensor, s a scalar) is part of the
+    problem key; scalar values are runtime arguments. Only the element count is bucketed.
+    """
+
+    op = "pointwise"
+    DIMS = ("size",)
+    __slots__ = ("x", "ops", "chain")
+
+    def __init__(self, x, ops, *, out=None):
+        self.target, self.x, self.back = self._adopt("x", x)
+        self.dtype = dtype_name(self.x.dtype)
+        if isinstance(ops, (str, bytes)) or not hasattr(ops, "__iter__"):
+            raise RegionError("ops", f"must be a sequence of steps like [('add', 1.0), ('relu',)], got {ops!r}")
+        steps, layout = [], layout_class(self.x)
+        for i, step in enumerate(ops):
+            arg = f"ops[{i}]"
+            if not isinstance(step, (tuple, list)) or not step or not isinstance(step[0], str):
+                raise RegionError(arg, f"must be a tuple (name,) or (name, operand), got {step!r}")
+            name = step[0]
+            if name in POINTWISE_UNARY:
+                if len(step) != 1:
+                    raise RegionError(arg, f"{name!r} is unary and takes no operand")
+                steps.append((name, None))
+                continue
+            if name not in POINTWISE_BINARY:
+                raise RegionError(arg, f"unknown op {name!r}; unary: {', '.join(POINTWISE_UNARY)}; "
+                                       f"binary: {', '.join(POINTWISE_BINARY)}")
+            if len(step) != 2:
+                raise RegionError(arg, f"{name!r} is binary: give (name, operand)")
+            operand = step[1]
+            if isinstance(operand, (int, float, np.floating, np.integer)) and not isinstance(operand, bool):
+                if not math.isfinite(operand):
+                    raise RegionError(arg, f"scalar operand must be finite, got {operand!r}")
+                steps.append((name, float(operand)))
+                continue
+            _, native, _ = self._adopt(arg, operand, self.target)
+            self._same_dtype(arg, native)
+            if tuple(native.shape) != tuple(self.x.shape):
+                raise RegionError(arg, f"shape {tuple(native.shape)} should equal x's {tuple(self.x.shape)} "
+                                       "(or pass a Python number)")
+            steps.append((name, native))
+            layout += layout_class(native)
+        self.ops = tuple(steps)
+        self.chain = self.chain_of(self.ops)
+        self._check_out(out, self.x.shape)
+        self._finish(layout, {"size": int(self.x.size)}, (("chain", self.chain),))
+
+    @staticmethod
+    def chain_of(steps) -> str:
+        """The chain's structure as key text: ``mul[t]>add[s]>relu`` (t: tensor operand, s: scalar)."""
+        parts = []
+        for name, operand in steps:
+            parts.append(name if operand is None else f"{name}[{'s' if isinstance(operand, float) else 't'}]")
+        return ">".join(parts) or "copy"
+
+    def tensors(self) -> list:
+        return [operand for _, operand in self.ops if operand is not None and not isinstance(operand, float)]
+
+    def scalars(self) -> list[float]:
+        return [operand for _, operand in self.ops if isinstance(operand, float)]
+
+    def operands(self):
+        ops = {"x": self.x}
+        ops.update({f"ops[{i}]": operand for i, (_, operand) in enumerate(self.ops)
+                    if operand is not None and not isinstance(operand, float)})
+        return ops
+
+    def output_shape(self):
+        return tuple(self.x.shape)
+
+    @classmethod
+    def random(cls, target: str, dtype: str, dims: dict, attrs: dict | None = None, layout: str | None = None,
+               rng: np.random.Generator | None = None, scalars: list[float] | None = None) -> "Pointwise":
+        """A random instance: ``dims`` has size; ``attrs['chain']`` is the chain text (``mul[t]>add[s]>relu``).
+
+        Scalars come from ``scalars`` in order when given, else uniform in [0.5, 2).
+        """
+        rng = rng if rng is not None else np.random.default_rng(0)
+        chain = (attrs or {}).get("chain", "copy")
+        names = [] if chain == "copy" else chain.split(">")
+        layout = layout or "R" * (1 + sum(n.endswith("[t]") for n in names))
+        size = dims["size"]
+        x = random_operand(target, (size,), dtype, layout[0], rng)
+        values = list(scalars or [])
+        steps, t = [], 1
+        for text in names:
+            name = text.split("[", 1)[0]
+            if text.endswith("[t]"):
+                steps.append((name, random_operand(target, (size,), dtype, layout[t], rng)))
+                t += 1
+            elif text.endswith("[s]"):
+                steps.append((name, values.pop(0) if values else float(rng.uniform(0.5, 2.0))))
+            else:
+                steps.append((name,))
+        return cls(x, steps)
+
+    def resized(self, dims, rng):
+        return self.random(self.target, self.dtype, dims, dict(self.attrs), self.layout, rng, scalars=self.scalars())

@@ -133,7 +133,7 @@ def verify(candidate: Candidate, params: dict, region) -> Verdict:
         if applies is not True:
             # It accepted the real shape but not this edge of the bucket: it cannot serve the bucket.
             return verdict(f"at {label}: does not apply to the bucket's edge ({applies or 'declined'})")
-        out = target.full(probe.output_shape(), np.nan, probe.dtype)  # poison
+        out = target.full(probe.output_shape(), np.nan, probe.out_dtype)  # poison
         try:
             result = candidate.run(probe.with_out(out), params)
             target.synchronize()
@@ -143,7 +143,9 @@ def verify(candidate: Candidate, params: dict, region) -> Verdict:
             return verdict(f"at {label}: declined ({result.reason}); a decliner may not win")
         if result is not out:
             return verdict(f"at {label}: returned a new array instead of writing the given output")
-        reason, rel, excess = compare(np.asarray(target.to_host(out), dtype=np.float64), oracle(probe), budget)
+        y = np.asarray(target.to_host(out))
+        y = y.astype(np.complex128 if np.iscomplexobj(y) else np.float64)  # complex outputs stay complex
+        reason, rel, excess = compare(y, oracle(probe), budget)
         worst_rel = max(worst_rel, rel) if not math.isnan(rel) else rel
         worst_excess = max(worst_excess, excess)
         if reason:

@@ -31,6 +31,9 @@ DTYPE_BUDGETS: dict[str, Budget] = {
     "float32": Budget(rel_fro=1e-5, atol=1e-4, rtol=1e-4),
     "float16": Budget(rel_fro=5e-3, atol=1e-2, rtol=1e-2),
     "bfloat16": Budget(rel_fro=2e-2, atol=5e-2, rtol=5e-2),
+    # Complex results (fft) are judged by |y - ref| on complex numbers, at their real part's precision.
+    "complex64": Budget(rel_fro=1e-5, atol=1e-4, rtol=1e-4),
+    "complex128": Budget(rel_fro=1e-12, atol=1e-11, rtol=1e-11),
 }
 
 # Per-op overrides, where an op's arithmetic needs it.

@@ -1,0 +1,47 @@
+"""Synthesized pointwise chains on the CPU: one fused numba kernel generated from the region's chain.
+
+The generator is ``arbiter.synth.pointwise``; each chain structure and dtype gets its own kernel
+(identified by the content hash of its source; ``source_for(region)`` shows it). The candidate's
+code identity is the generator's, so a changed generator is verified again.
+"""
+from __future__ import annotations
+
+import inspect
+
+from arbiter.candidates import Candidate, Tier, register
+from arbiter.candidates.cpu._numba import dtype_reason
+from arbiter.synth import pointwise
+
+
+class SynthPointwise(Candidate):
+    name = "synth_pointwise_fused"
+    target = "cpu"
+    op = "pointwise"
+    tier = Tier.SYNTHESIZED
+
+    def applies_to(self, region):
+        ok = dtype_reason(region)
+        if ok is not True:
+            return ok
+        if set(region.layout) != {"R"}:
+            return f"layout {region.layout}: the kernel walks flat C-contiguous operands; needs all R"
+        return True
+
+    def run(self, region, params):
+        out = region.alloc_out()
+        if out.size:
+            k = pointwise.kernel(region.ops, region.dtype)
+            args = (region.x.reshape(-1), out.reshape(-1)) + pointwise.arguments(region)
+            k.ensure(region.chain, args)
+            k.fn(*args)
+        return out
+
+    def source_for(self, region) -> str:
+        """The generated kernel for ``region``'s chain (what ``arbiter explain --source`` prints)."""
+        return pointwise.source(region.ops, region.dtype)
+
+    def source(self):
+        return inspect.getsource(type(self)) + inspect.getsource(pointwise)
+
+
+register(SynthPointwise())

@@ -1,0 +1,32 @@
+"""Vendor gated projection (SwiGLU) on the CPU, composed: two BLAS GEMMs, then silu and the product as NumPy passes."""
+from __future__ import annotations
+
+import numpy as np
+
+from arbiter.candidates import Candidate, Tier, register
+from arbiter.candidates.cpu._common import accumulate_dtype, blas_identity
+
+
+class NumpyGated(Candidate):
+    name = "numpy_gated"
+    target = "cpu"
+    op = "gated"
+    tier = Tier.HAND_TUNED
+
+    def run(self, region, params):
+        out = region.alloc_out()
+        acc = accumulate_dtype(out.dtype)
+        x = region.x.astype(acc, copy=False)
+        gate = x @ region.w_gate.astype(acc, copy=False)
+        up = x @ region.w_up.astype(acc, copy=False)
+        denom = np.exp(np.negative(gate))
+        denom += 1.0
+        gate /= denom
+        np.multiply(gate, up, out=out, casting="same_kind")
+        return out
+
+    def source(self):
+        return super().source() + blas_identity()
+
+
+register(NumpyGated())

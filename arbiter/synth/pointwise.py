@@ -1,0 +1,118 @@
+"""The synthesized tier's pointwise generator (CPU): a ``Pointwise`` region's chain as one fused numba kernel.
+
+``source(steps, dtype)`` writes ``TEMPLATE`` with one line per step of the chain (``mul[t]``,
+``add[s]``, ``relu``, ...): every element is read once, carried through the chain in a register,
+and written once, where NumPy makes one pass over memory per step. Tensor operands become
+arguments ``t0, t1, ...`` and scalar operands ``s0, s1, ...`` (runtime values: one kernel serves
+every scalar). The kernel's identity is the content hash of its source; sources are written to
+the synth cache directory (``arbiter.synth.cpu.cache_dir``) and imported from there so that numba's
+disk cache keeps their machine code across processes.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+import threading
+
+from arbiter.synth import content_hash
+from arbiter.synth.cpu import SynthKernel, cache_dir
+
+DTYPES = ("float32", "float64")
+
+TEMPLATE = '''\
+# Synthesized by arbiter.synth.pointwise from the chain below; regenerated, never edited.
+# chain: {chain}
+# dtype: {dtype}
+import math
+
+import numpy as np
+from numba import njit, prange
+
+T = np.{dtype}
+
+
+@njit(parallel=True, cache=True, fastmath={{"contract"}})
+def kernel(x, out{params}):
+    """out[i] = chain(x[i]) over 1-D C-contiguous arrays of one dtype."""
+    for i in prange(x.shape[0]):
+        v = x[i]
+{body}
+        out[i] = v
+'''
+
+# Each unary step as an expression in v; literals are T(...) so float32 chains stay float32.
+UNARY = {
+    "neg": "-v",
+    "abs": "abs(v)",
+    "relu": "max(v, T(0.0))",
+    "exp": "math.exp(v)",
+    "tanh": "math.tanh(v)",
+    "sigmoid": "T(1.0) / (T(1.0) + math.exp(-v))",
+    "silu": "v / (T(1.0) + math.exp(-v))",
+    "gelu_tanh": "T(0.5) * v * (T(1.0) + math.tanh(T(0.7978845608028654) * (v + T(0.044715) * v * v * v)))",
+    "square": "v * v",
+}
+# Each binary step as an expression in v and its operand r.
+BINARY = {"add": "v + {r}", "sub": "v - {r}", "mul": "v * {r}", "max": "max(v, {r})", "min": "min(v, {r})"}
+
+
+def source(steps, dtype: str) -> str:
+    """The kernel source for ``steps`` (a ``Pointwise`` region's ``ops``: (name, operand) pairs, the operand
+    None, a float, or an array) in ``dtype``. Raises ValueError for a dtype numba cannot compute."""
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype: {dtype} is not one of {', '.join(DTYPES)} (numba has no other CPU floats)")
+    lines, params, tensors, scalars, chain = [], [], 0, 0, []
+    for name, operand in steps:
+        if operand is None:
+            lines.append(f"v = {UNARY[name]}  # {name}")
+            chain.append(name)
+            continue
+        if isinstance(operand, float):
+            arg, read = f"s{scalars}", f"T(s{scalars})"
+            scalars += 1
+            chain.append(f"{name}[s]")
+        else:
+            arg = read = f"t{tensors}"
+            read += "[i]"
+            tensors += 1
+            chain.append(f"{name}[t]")
+        params.append(arg)
+        lines.append(f"v = {BINARY[name].format(r=read)}  # {chain[-1]}")
+    # Arguments: every tensor, then every scalar, each in chain order (what ``arguments`` passes).
+    params.sort(key=lambda p: (p[0] != "t", int(p[1:])))
+    body = "\n".join(" " * 8 + line for line in lines) or " " * 8 + "pass  # copy"
+    return TEMPLATE.format(chain=">".join(chain) or "copy", dtype=dtype, body=body,
+                           params="".join(f", {p}" for p in params))
+
+
+def arguments(region) -> tuple:
+    """The kernel's arguments for ``region`` after x and out: tensors (flattened), then scalars."""
+    return tuple(t.reshape(-1) for t in region.tensors()) + tuple(region.scalars())
+
+
+_kernels: dict[str, SynthKernel] = {}
+_lock = threading.Lock()
+
+
+def kernel(steps, dtype: str) -> SynthKernel:
+    """The compiled kernel for ``steps`` in ``dtype``: generated, written and imported once per content hash."""
+    text = source(steps, dtype)
+    digest = content_hash(text)
+    found = _kernels.get(digest)
+    if found is not None:
+        return found
+    with _lock:
+        found = _kernels.get(digest)
+        if found is None:
+            path = cache_dir() / f"pw_{digest}.py"
+            if not path.exists() or path.read_text() != text:
+                tmp = path.with_suffix(f".{os.getpid()}.tmp")
+                tmp.write_text(text)
+                os.replace(tmp, path)  # atomic: a concurrent process never imports half a file
+            spec = importlib.util.spec_from_file_location(f"arbiter_synth_pointwise_{digest}", path)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[spec.name] = module  # numba's disk cache finds the kernel's globals by module name
+            spec.loader.exec_module(module)
+            found = _kernels[digest] = SynthKernel(text, digest, path, module.kernel)
+    return found
