@@ -150,6 +150,8 @@ def explain_rows(decision, store) -> list[dict]:
             "spread": None if dev is None else dev.spread,
             "screened": bool(dev and dev.screened),
             "winner": row is decision.winner,
+            "contract": None if row.candidate.contract is None else row.candidate.contract.summary(),
+            "looser_budget": bool(row.verdict and row.verdict.looser_budget),
         })
     return rows
 

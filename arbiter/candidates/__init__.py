@@ -60,6 +60,18 @@ class Contract:
         if self.accuracy == "bounded" and None in (self.rel_fro, self.atol, self.rtol):
             raise ValueError("accuracy: 'bounded' needs rel_fro, atol and rtol")
 
+    def summary(self) -> str:
+        """One line for reports: ``vendor_library, bounded(rel_fro 1e-02, atol 1e-01, rtol 1e-01), root_only``.
+
+        (``dataclasses.asdict(contract)`` is its storable form; ``Contract(**d)`` reads it back.)
+        """
+        accuracy = self.accuracy if self.accuracy == "exact" else \
+            f"bounded(rel_fro {self.rel_fro:.0e}, atol {self.atol:.0e}, rtol {self.rtol:.0e})"
+        parts = [self.provenance, accuracy, self.coverage]
+        if not self.deterministic:
+            parts.append("nondeterministic")
+        return ", ".join(parts)
+
 
 class Fallback:
     """What a candidate returns when it declines and hands back someone else's result.

@@ -246,7 +246,10 @@ def explain(
     for r in rows:
         detail = r["reason"] or (f"{r['rel_error']:.2e}" if r["rel_error"] is not None and
                                  not np.isnan(r["rel_error"]) else "")
-        table.add_row(r["solution"], r["tier"], r["status"], detail[:70], _fmt_us(r["device_us"] and
+        if r["looser_budget"]:
+            detail += " (declared budget, looser than published)"
+        tier = r["tier"] + (f"\n{r['contract']}" if r["contract"] else "")  # a delegate shows its contract
+        table.add_row(r["solution"], tier, r["status"], detail[:110], _fmt_us(r["device_us"] and
                       r["device_us"] * 1e-6), _fmt_us(r["latency_us"] and r["latency_us"] * 1e-6),
                       f"{r['spread'] * 100:.1f}%" if r["spread"] is not None else "",
                       ("WINNER" + (" (screened)" if r["screened"] else "")) if r["winner"] else "")
