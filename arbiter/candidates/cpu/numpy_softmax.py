@@ -15,6 +15,8 @@ class NumpySoftmax(Candidate):
 
     def run(self, region, params):
         out = region.alloc_out()
+        if out.size == 0:  # an empty axis or batch: nothing to normalise (max of nothing is undefined)
+            return out
         x, axis = region.x, region.axis
         np.subtract(x, x.max(axis=axis, keepdims=True), out=out)
         np.exp(out, out=out)
