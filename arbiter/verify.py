@@ -91,9 +91,9 @@ def compare(y: np.ndarray, ref: np.ndarray, budget: Budget) -> tuple[str, float,
     mismatch = finite_ref != np.isfinite(y)
     if mismatch.any() or (~finite_ref & (y != ref) & ~(np.isnan(y) & np.isnan(ref))).any():
         return "non-finite elements differ from the oracle's", math.nan, math.inf
-    if y.size == 0:
-        return "", 0.0, 0.0
     yf, rf = y[finite_ref], ref[finite_ref]
+    if rf.size == 0:  # nothing finite to compare (an empty output, or all non-finite and matching)
+        return "", 0.0, 0.0
     diff = np.abs(yf - rf)
     ref_norm = float(np.linalg.norm(rf))
     rel = float(np.linalg.norm(diff)) / ref_norm if ref_norm > 0 else float(np.linalg.norm(diff))
