@@ -17,6 +17,27 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 
 
 
+def friendly(command):
+    """Decorator for commands: bad input and registry trouble print one clear line and exit 2 / 1,
+    never a traceback (the messages already name the argument or file and the fix)."""
+    import functools
+
+    from arbiter.errors import ArbiterError, RegistryError
+
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        try:
+            return command(*args, **kwargs)
+        except RegistryError as exc:
+            console().print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+            raise typer.Exit(1)
+        except (ArbiterError, ValueError, KeyError) as exc:
+            console().print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+            raise typer.Exit(2)
+
+    return wrapper
+
+
 def console() -> Console:
     """A Rich console; wide when output is piped (logs, CI, tests) so tables don't fold."""
     return Console(width=None if sys.stdout.isatty() else 160)
@@ -34,6 +55,7 @@ def _root(db: str = typer.Option(None, "--db", help="Registry: a file path or SQ
 from arbiter.cli import run as _run  # noqa: E402,F401  (registers commands)
 from arbiter.cli import tune as _tune  # noqa: E402,F401
 from arbiter.cli import registry as _registry  # noqa: E402,F401
+from arbiter.cli import report as _report  # noqa: E402,F401
 
 
 def main() -> None:

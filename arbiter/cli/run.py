@@ -10,12 +10,13 @@ import arbiter
 from arbiter import dispatch
 from arbiter import env as envmod
 from arbiter.candidates import params_id
-from arbiter.cli import app, console as make_console
+from arbiter.cli import app, console as make_console, friendly
 from arbiter.store import VerdictKey
 from arbiter.suite import suite as get_suite
 
 
 @app.command()
+@friendly
 def run(
     suite: str = typer.Option("quick", help="Built-in suite of problems to arbitrate."),
     target: str = typer.Option("cpu", help="Target to run on: cpu, nvidia or rocm."),
@@ -46,4 +47,4 @@ def run(
     arbiter.flush()
     console.print(f"{len(problems)} problems x {calls} calls in {time.perf_counter() - start:.2f} s; "
                   f"{dispatch.verified_count()} verdicts computed in this process "
-                  f"(0 when the registry is warm); registry: {getattr(st, 'url', type(st).__name__)}")
+                  f"(0 when the registry is warm); registry: {st!r}")

@@ -12,7 +12,7 @@ from rich.table import Table
 from arbiter import dispatch, select
 from arbiter import env as envmod
 from arbiter.candidates import REGISTRY
-from arbiter.cli import app, console as make_console
+from arbiter.cli import app, console as make_console, friendly
 from arbiter.errors import NoCandidateError
 from arbiter.keys import ProblemKey
 from arbiter.ops import op_kind
@@ -84,6 +84,7 @@ def _recorded_problems(target: str) -> list[Problem]:
 
 
 @app.command()
+@friendly
 def tune(
     op: Optional[str] = typer.Option(None, help="Op to tune: matmul, softmax, rmsnorm, ..."),
     shape: List[str] = typer.Option([], help="Shape(s) like 512x512x512 (matmul MxNxK) or 4096x1024 (rows x cols)."),
@@ -173,7 +174,7 @@ def tune(
             console.print(autotune_table(problem.label, decision))
             tuned += 1
             progress.advance(keys_task)
-    console.print(f"tuned {tuned} key(s) on {target}; registry: {getattr(st, 'url', type(st).__name__)}")
+    console.print(f"tuned {tuned} key(s) on {target}; registry: {st!r}")
 
 
 def _tune_parallel(console, problems, target, workers, devices, mode, isolate, budget_seconds):
@@ -207,6 +208,7 @@ def _tune_parallel(console, problems, target, workers, devices, mode, isolate, b
 
 
 @app.command()
+@friendly
 def explain(
     op: str = typer.Option(..., help="Op: matmul, softmax, rmsnorm, ..."),
     shape: str = typer.Option(..., help="Shape like 512x512x512 (matmul MxNxK) or 4096x1024 (rows x cols)."),

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Start a real PostgreSQL server on loopback for the registry tests and print the SQLAlchemy URL.
+# Installs Debian's postgresql when no server binaries are present. Idempotent: reuses a running server.
+set -euo pipefail
+PORT=${ARBITER_PG_PORT:-55432}
+DATA=${ARBITER_PG_DATA:-/tmp/arbiter-pg}
+URL="postgresql+psycopg://arbiter:arbiter@127.0.0.1:${PORT}/arbiter"
+bindir=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1 || true)
+if [ -z "$bindir" ]; then
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null) >&2
+  bindir=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)
+fi
+as_pg() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
+if ! as_pg "$bindir/pg_ctl" -D "$DATA" status >/dev/null 2>&1; then
+  rm -rf "$DATA"; mkdir -p "$DATA"
+  [ "$(id -u)" = 0 ] && chown postgres:postgres "$DATA"
+  as_pg "$bindir/initdb" -D "$DATA" -U postgres --auth=trust -E UTF8 >/dev/null
+  as_pg "$bindir/pg_ctl" -D "$DATA" -l "$DATA/server.log" -w \
+      -o "-p $PORT -k /tmp -c listen_addresses=127.0.0.1 -c max_connections=200 -c fsync=off" start >/dev/null
+  as_pg "$bindir/psql" -h 127.0.0.1 -p "$PORT" -U postgres -qc "CREATE ROLE arbiter LOGIN PASSWORD 'arbiter'" >/dev/null
+  as_pg "$bindir/psql" -h 127.0.0.1 -p "$PORT" -U postgres -qc "CREATE DATABASE arbiter OWNER arbiter" >/dev/null
+fi
+echo "$URL"
