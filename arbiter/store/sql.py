@@ -486,6 +486,13 @@ class SqlStore(Store):
                          write=False)
         return dict(rows)
 
+    def verdicts(self, env: str | None = None) -> list[tuple[VerdictKey, str, object]]:
+        """Every stored verdict (only ``env``'s when given) as (VerdictKey, candidate name, Verdict); read-only."""
+        names = dict(self._run(lambda conn: conn.execute(select(CandidateRow.identity, CandidateRow.name)).all(),
+                               write=False))
+        found = self._verdict_rows(*(() if env is None else (VerdictRow.env == env,)))
+        return [(vkey, names.get(vkey.identity, vkey.identity), verdict) for vkey, verdict in found.items()]
+
     def prune(self, fingerprints: list[str]) -> dict[str, int]:
         """Delete every solution, verdict, measurement, counter and recorded key of these environments.
 

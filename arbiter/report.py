@@ -1,0 +1,430 @@
+"""``arbiter report``: the registry's decisions as one self-contained HTML page.
+
+``collect(layers)`` reads SQL registries (``[("user", SqlStore), ("system", SqlStore)]``)
+into a ``Report``: one ``Section`` per (environment, target, op, dtype) holding,
+per problem key, the stored solution, every stored measurement, the gate's
+failed verdicts and the dispatch counters; plus the stale solutions (stored
+under an environment that differs from this machine's) with what changed.
+``render(report)`` turns it into HTML; ``write(layers, out_dir)`` does both.
+
+What is plotted: every environment not known to be stale. An environment whose
+target cannot be checked here (a GPU registry read on a laptop) is plotted and
+marked "not checked", so a fleet's registry can be read anywhere.
+
+Plots are PNGs from matplotlib's Agg canvas, embedded as base64: the page needs
+no network and no other file. matplotlib is the optional ``report`` extra;
+without it the page has every table and says how to get the plots.
+
+Throughput. Measurements do not store the exact shape timed, only its key, so
+work (2mnk FLOP for matmul; bytes read + written for row ops) is counted at the
+bucket's upper bound: exact when the tuned shape was the bound (powers of two),
+otherwise an upper estimate. The page says so beside each plot.
+"""
+from __future__ import annotations
+
+import base64
+import html
+import io
+import math
+import os
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from arbiter.candidates import params_id
+from arbiter.env import EnvironmentKey
+from arbiter.keys import ProblemKey
+from arbiter.store import CountDelta, MeasurementRecord, SolutionRecord
+from arbiter.store.sql import current_environment
+
+ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
+ROW_OPS = ("softmax", "rmsnorm", "layernorm")
+
+
+def work(op: str, dims: dict[str, int], dtype: str) -> tuple[float, str] | None:
+    """(amount, "FLOP" | "B") one call of ``op`` at ``dims`` does; None when no model is known for the op."""
+    if op == "matmul":
+        return 2.0 * dims["m"] * dims["n"] * dims["k"], "FLOP"
+    if op in ROW_OPS and dtype in ITEMSIZE:
+        return 2.0 * dims["rows"] * dims["cols"] * ITEMSIZE[dtype], "B"  # x read once, out written once
+    return None
+
+
+def label(candidate: str, params) -> str:
+    """A solution's display name: the candidate, then its parameters when it has any."""
+    p = params if isinstance(params, str) else params_id(params)
+    return candidate if p == "{}" else f"{candidate}{p}"
+
+
+@dataclass
+class Rejected:
+    solution: str
+    reason: str
+    rel_error: float
+
+
+@dataclass
+class KeyEntry:
+    """One problem key under one environment: what was decided and what it rests on."""
+
+    key: ProblemKey
+    layer: str
+    solution: SolutionRecord | None  # None when every solution failed the gate
+    measurements: list[MeasurementRecord]
+    rejected: list[Rejected]
+    counts: list[CountDelta]
+
+    @property
+    def size(self) -> int:
+        return math.prod(max(v, 1) for _, v in self.key.bucket)
+
+    @property
+    def winner(self) -> str | None:
+        return None if self.solution is None else label(self.solution.candidate, self.solution.params)
+
+
+@dataclass
+class Section:
+    target: str
+    op: str
+    dtype: str
+    env: str
+    keys: list[KeyEntry]
+
+    @property
+    def title(self) -> str:
+        return f"{self.target} · {self.op} · {self.dtype}"
+
+    @property
+    def anchor(self) -> str:
+        return f"{self.target}-{self.op}-{self.dtype}-{self.env}"
+
+
+@dataclass
+class StaleEntry:
+    layer: str
+    solution: SolutionRecord
+    changed: dict[str, tuple[str | None, str | None]]  # field -> (stored, now); {} when the stored fields are unknown
+
+
+@dataclass
+class Report:
+    registry: str
+    created: datetime
+    environments: dict[str, dict]  # fingerprint -> {"target", "fields", "state", "why"}
+    sections: list[Section]
+    stale: list[StaleEntry]
+    zero_hit: int = 0  # current solutions nobody dispatched
+
+
+def collect(layers: list[tuple[str, object]], *, target: str | None = None, op: str | None = None) -> Report:
+    """Read every layer (user first: it wins a (key, environment) both hold) into a ``Report``."""
+    envs: dict[str, dict] = {}
+    for _, sql in reversed(layers):  # the user layer's fields win
+        for e in sql.environments():
+            if e["fields"] or e["fingerprint"] not in envs:
+                envs[e["fingerprint"]] = {"target": e["target"], "fields": e["fields"]}
+    for fp, e in envs.items():
+        now, why = current_environment(e["target"])
+        e["state"] = "not checked" if now is None else "current" if now.fingerprint == fp else "stale"
+        e["why"] = why
+        e["now"] = now
+
+    solutions: dict[tuple[str, str], tuple[str, SolutionRecord]] = {}
+    rejected: dict[tuple[str, str], list[Rejected]] = {}
+    for name, sql in layers:
+        for r in sql.solutions():
+            solutions.setdefault((r.key, r.env), (name, r))
+        for vkey, cand, verdict in sql.verdicts():
+            if not verdict.passed:
+                rejected.setdefault((vkey.key, vkey.env), []).append(
+                    Rejected(label(cand, vkey.params), verdict.reason, verdict.rel_error))
+    counts: dict[tuple[str, str], list[CountDelta]] = {}
+    if layers:
+        for c in layers[0][1].counts():  # counters are the user's own dispatches
+            counts.setdefault((c.key, c.env), []).append(c)
+
+    def wanted(key: ProblemKey) -> bool:
+        return (target is None or key.target == target) and (op is None or key.op == op)
+
+    entries: dict[tuple[str, str, str, str], list[KeyEntry]] = {}
+    stale: list[StaleEntry] = []
+    for key_id, env in sorted(set(solutions) | set(rejected) | set(counts)):
+        key = ProblemKey.parse(key_id)
+        info = envs.get(env, {"state": "not checked", "fields": {}, "target": key.target})
+        if not wanted(key):
+            continue
+        layer, record = solutions.get((key_id, env), (layers[0][0] if layers else "user", None))
+        if info["state"] == "stale":
+            if record is not None:
+                old = EnvironmentKey(key.target, tuple(sorted(info["fields"].items())), env)
+                stale.append(StaleEntry(layer, record, old.diff(info["now"]) if info["fields"] else {}))
+            continue
+        measurements = []
+        for _, sql in layers:
+            measurements = sql.load_measurements(key_id, env)
+            if measurements:
+                break
+        entries.setdefault((key.target, key.op, key.dtype, env), []).append(KeyEntry(
+            key, layer, record, measurements, rejected.get((key_id, env), []), counts.get((key_id, env), [])))
+
+    sections = [Section(t, o, d, e, sorted(keys, key=lambda k: (k.size, k.key.id)))
+                for (t, o, d, e), keys in sorted(entries.items())]
+    zero = sum(1 for s in sections if envs.get(s.env, {}).get("state") == "current" for k in s.keys
+               if k.solution is not None and _hits(k) == 0)
+    where = getattr(layers[0][1], "where", "?") if layers else "?"
+    return Report(where, datetime.now(timezone.utc), envs, sections, stale, zero)
+
+
+def _hits(entry: KeyEntry) -> int:
+    s = entry.solution
+    if s is None:
+        return 0
+    pid = params_id(s.params)
+    return sum(c.hits for c in entry.counts if c.candidate == s.candidate and c.params == pid)
+
+
+# --- plots ---------------------------------------------------------------------------------------------------
+def _figure_available() -> str:
+    """"" when matplotlib can draw here, else why not (the page then carries tables only)."""
+    try:
+        import matplotlib  # noqa: F401
+        from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: F401
+    except ImportError as exc:
+        return f"plots need matplotlib (pip install 'kernel-arbiter[report]'): {exc}"
+    return ""
+
+
+def _modes(section: Section) -> list[str]:
+    """Timing modes worth a panel: device, and latency where it differs (on the CPU one run serves both)."""
+    by_mode: dict[str, dict] = {}
+    for k in section.keys:
+        for m in k.measurements:
+            by_mode.setdefault(m.mode, {})[(k.key.id, m.candidate, params_id(m.params))] = m.median_s
+    modes = [m for m in ("device", "latency") if m in by_mode]
+    if modes == ["device", "latency"] and by_mode["device"] == by_mode["latency"]:
+        modes = ["device"]
+    return modes
+
+
+def _xlabels(keys: list[KeyEntry]) -> list[str]:
+    many = len({(k.key.layout, k.key.attrs) for k in keys}) > 1
+    out = []
+    for k in keys:
+        text = " ".join(f"{n}{v}" for n, v in k.key.bucket)
+        if many:
+            attrs = ",".join(f"{a}={v}" for a, v in k.key.attrs if v not in ("none", "0", "-1")) or "-"
+            text += f"\n{k.key.layout} {attrs}"
+        out.append(text)
+    return out
+
+
+def plot(section: Section) -> str | None:
+    """The section's figure as a base64 PNG: median time (p20..p80 bars) and, when the op has a work model,
+    throughput, versus shape bucket, one line per solution; the winner of each bucket starred. None when
+    nothing was measured."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    modes = _modes(section)
+    if not modes:
+        return None
+    keys = [k for k in section.keys if k.measurements]  # keys decided by tier alone have no point to plot
+    xs = list(range(len(keys)))
+    has_work = work(section.op, dict(keys[0].key.bucket), section.dtype) is not None
+    panels = [(m, "time") for m in modes] + ([(modes[0], "rate")] if has_work else [])
+    solutions = sorted({label(m.candidate, m.params) for k in keys for m in k.measurements})
+    legend_rows = math.ceil(len(solutions) / 3)
+    fig = Figure(figsize=(5.6 * len(panels), 4.0 + 0.18 * legend_rows), dpi=96)
+    FigureCanvasAgg(fig)
+    colors = {s: f"C{i % 10}" for i, s in enumerate(solutions)}
+    markers = {s: "osD^v<>ph"[(i // 10) % 9] for i, s in enumerate(solutions)}
+    unit_scale, unit = 1.0, ""
+    if has_work:
+        peak = 0.0
+        for k in keys:
+            w = work(section.op, dict(k.key.bucket), section.dtype)
+            for m in k.measurements:
+                if w and m.median_s and m.median_s > 0:
+                    peak = max(peak, w[0] / m.median_s)
+        base = "FLOP/s" if section.op == "matmul" else "B/s"
+        unit_scale, prefix = next(((s, p) for s, p in ((1e12, "T"), (1e9, "G"), (1e6, "M")) if peak >= s),
+                                  (1e3, "k"))
+        unit = prefix + base
+    for i, (mode, kind) in enumerate(panels):
+        ax = fig.add_subplot(1, len(panels), i + 1)
+        for sol in solutions:
+            pts = []
+            for x, k in zip(xs, keys):
+                for m in k.measurements:
+                    if m.mode == mode and label(m.candidate, m.params) == sol and m.median_s == m.median_s:
+                        pts.append((x, k, m))
+            if not pts:
+                continue
+            if kind == "time":
+                ys = [m.median_s * 1e6 for _, _, m in pts]
+                lo = [max(0.0, (m.median_s - m.p20_s) * 1e6) for _, _, m in pts]
+                hi = [max(0.0, (m.p80_s - m.median_s) * 1e6) for _, _, m in pts]
+                ax.errorbar([x for x, _, _ in pts], ys, yerr=[lo, hi], color=colors[sol], marker=markers[sol],
+                            ms=4, lw=1.2, capsize=2, label=sol)
+            else:
+                ys = [work(section.op, dict(k.key.bucket), section.dtype)[0] / m.median_s / unit_scale
+                      for _, k, m in pts]
+                ax.plot([x for x, _, _ in pts], ys, color=colors[sol], marker=markers[sol], ms=4, lw=1.2, label=sol)
+            screened = [(x, y) for (x, _, m), y in zip(pts, ys) if m.screened]
+            if screened:  # stopped early, far slower than the best: an estimate
+                ax.scatter(*zip(*screened), s=40, facecolors="white", edgecolors=colors[sol], zorder=3)
+            won = [(x, y) for (x, k, _), y in zip(pts, ys) if k.winner == sol]
+            if won:
+                ax.scatter(*zip(*won), marker="*", s=220, color=colors[sol], edgecolors="black", zorder=4)
+        ax.set_xticks(xs, _xlabels(keys), rotation=45 if len(xs) > 4 else 0, ha="right" if len(xs) > 4 else "center",
+                      fontsize=7)
+        ax.set_yscale("log")
+        ax.grid(True, which="both", alpha=0.25)
+        ax.set_xlabel("shape bucket (upper bound)")
+        if kind == "time":
+            ax.set_ylabel(f"median {mode} time, µs (p20..p80)")
+            ax.set_title(f"{mode} time", fontsize=10)
+        else:
+            ax.set_ylabel(f"{unit} at the bucket bound")
+            ax.set_title(f"throughput ({mode})", fontsize=10)
+    handles, labels = fig.axes[0].get_legend_handles_labels()
+    legend_h = (0.3 + 0.18 * legend_rows) / fig.get_figheight()
+    fig.legend(handles, labels, loc="lower center", ncol=min(3, len(labels)), fontsize=7, frameon=False,
+               title="★ winner of the bucket   ○ screened (stopped early: an estimate)", title_fontsize=7)
+    fig.tight_layout(rect=(0, legend_h, 1, 1))
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+# --- HTML ----------------------------------------------------------------------------------------------------
+CSS = """
+body{font:14px/1.45 system-ui,sans-serif;margin:24px auto;max-width:1400px;padding:0 16px;color:#222}
+h1{font-size:22px}h2{font-size:18px;margin-top:36px;border-bottom:1px solid #ccc}h3{font-size:15px}
+table{border-collapse:collapse;margin:8px 0 16px;font-size:12.5px}
+th,td{border:1px solid #ddd;padding:3px 7px;text-align:left;vertical-align:top}
+th{background:#f3f3f3}td.n{text-align:right;font-variant-numeric:tabular-nums}
+.stale{color:#b00}.warn{color:#a60}.muted{color:#777}code{font-size:12px}
+img{max-width:100%;border:1px solid #eee}
+"""
+
+
+def _e(x) -> str:
+    return html.escape(str(x), quote=True)
+
+
+def _table(headers: list[str], rows: list[list], numeric: tuple[int, ...] = (), cls: str = "") -> str:
+    head = "".join(f"<th>{_e(h)}</th>" for h in headers)
+    body = []
+    for r in rows:
+        cells = "".join(f"<td{' class=n' if i in numeric else ''}>{c}</td>" for i, c in enumerate(r))
+        body.append(f"<tr>{cells}</tr>")
+    return f"<table{f' class={cls}' if cls else ''}><tr>{head}</tr>{''.join(body)}</table>"
+
+
+def _fmt(x, spec: str) -> str:
+    return "" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
+
+
+def _section_html(s: Section, env_state: str, plots: bool) -> str:
+    parts = [f'<h2 id="{_e(s.anchor)}">{_e(s.title)} <span class=muted>env {_e(s.env)}'
+             f'{" (not checked here)" if env_state == "not checked" else ""}</span></h2>']
+    img = plot(s) if plots else None
+    if img:
+        parts.append(f'<img alt="{_e(s.title)}: time and throughput versus shape" src="data:image/png;base64,{img}">')
+        if work(s.op, dict(s.keys[0].key.bucket), s.dtype) is not None:
+            what = "2·m·n·k FLOP" if s.op == "matmul" else "bytes read + written (x and out)"
+            parts.append(f"<p class=muted>Throughput counts {what} at the bucket's upper bound: exact when the "
+                         f"tuned shape was the bound, otherwise an upper estimate.</p>")
+    elif not any(k.measurements for k in s.keys):
+        parts.append("<p class=muted>Nothing measured for these keys (decided by tier; "
+                     "<code>arbiter tune</code> measures them).</p>")
+    rows = []
+    for k in s.keys:
+        r = k.solution
+        hits = _hits(k)
+        rows.append([f"<code>{_e(k.key.id)}</code>",
+                     f"<b>{_e(k.winner)}</b>" if r else "<span class=stale>none: every solution failed the gate</span>",
+                     _e(r.policy) if r else "", _fmt(r.margin * 100 if r and r.margin is not None else None, "+.1f"),
+                     _e(r.note) if r else "",
+                     (str(hits) if hits else "<span class=warn>0 (never dispatched)</span>") if r else "",
+                     _e(k.layer)])
+    parts.append("<h3>Winners</h3>" + _table(["key", "winner", "policy", "margin %", "note", "hits", "layer"],
+                                             rows, numeric=(3, 5)))
+    timed = []
+    for k in s.keys:
+        for m in sorted(k.measurements, key=lambda m: (m.mode, m.median_s)):
+            sol = label(m.candidate, m.params)
+            timed.append([_e(k.key.shape_text), ("★ " if sol == k.winner else "") + _e(sol), _e(m.mode),
+                          _fmt(m.median_s * 1e6, ",.2f"), _fmt(m.spread * 100, ".1f"),
+                          f"{m.reps}{' screened' if m.screened else ''}"])
+    if timed:
+        parts.append("<details><summary>Measurements</summary>"
+                     + _table(["bucket", "solution", "mode", "median µs", "spread %", "reps"], timed,
+                              numeric=(3, 4)) + "</details>")
+    failed = [[f"<code>{_e(k.key.id)}</code>", _e(f.solution), _e(f.reason), _fmt(f.rel_error, ".2e")]
+              for k in s.keys for f in sorted(k.rejected, key=lambda f: f.solution)]
+    if failed:
+        parts.append("<h3>Rejected by the gate</h3>" + _table(["key", "solution", "reason", "rel error"], failed))
+    counted = []
+    for k in s.keys:
+        for c in sorted(k.counts, key=lambda c: (-c.hits, c.candidate)):
+            sol = label(c.candidate, c.params)
+            counted.append([f"<code>{_e(k.key.id)}</code>", ("★ " if sol == k.winner else "") + _e(sol),
+                            str(c.hits), str(c.misses), str(c.fallbacks)])
+    if counted:
+        parts.append("<h3>Dispatch counters</h3>"
+                     + _table(["key", "solution", "hits", "misses", "fallbacks"], counted, numeric=(2, 3, 4)))
+    return "\n".join(parts)
+
+
+def render(report: Report) -> str:
+    """The page as one HTML string (no external resource)."""
+    why_no_plots = _figure_available()
+    body = [f"<h1>kernel-arbiter report</h1><p>Registry <code>{_e(report.registry)}</code>, "
+            f"{report.created:%Y-%m-%d %H:%M} UTC. {len(report.sections)} op/dtype sections, "
+            f"{sum(len(s.keys) for s in report.sections)} keys, {len(report.stale)} stale solutions, "
+            f"{report.zero_hit} current solutions with zero hits.</p>"]
+    if why_no_plots:
+        body.append(f"<p class=warn>{_e(why_no_plots)}</p>")
+    env_rows = []
+    for fp, e in sorted(report.environments.items(), key=lambda x: (x[1]["state"], x[1]["target"], x[0])):
+        state = e["state"] + (f" ({e['why']})" if e["state"] == "not checked" and e["why"] else "")
+        fields = "<br>".join(f"{_e(k)}: {_e(v)}" for k, v in sorted(e["fields"].items())) or "(unknown)"
+        env_rows.append([f"<code>{_e(fp)}</code>", _e(e["target"]),
+                         f"<span class=stale>{_e(state)}</span>" if e["state"] == "stale" else _e(state),
+                         f"<details><summary>fields</summary>{fields}</details>"])
+    body.append("<h2>Environments</h2>" + _table(["fingerprint", "target", "state", "environment key"], env_rows))
+    if report.sections:
+        body.append("<ul>" + "".join(f'<li><a href="#{_e(s.anchor)}">{_e(s.title)}</a> ({len(s.keys)} keys)</li>'
+                                     for s in report.sections) + "</ul>")
+    else:
+        body.append("<p>No current entries: tune some keys (<code>arbiter tune --suite quick</code>).</p>")
+    for s in report.sections:
+        body.append(_section_html(s, report.environments.get(s.env, {}).get("state", ""), not why_no_plots))
+    body.append('<h2 id="stale">Stale entries</h2>')
+    if report.stale:
+        rows = []
+        for st in sorted(report.stale, key=lambda st: st.solution.key):
+            changed = "<br>".join(f"{_e(k)}: {_e(a)} → {_e(b)}" for k, (a, b) in st.changed.items()) \
+                or "(stored fields unknown)"
+            rows.append([f"<code>{_e(st.solution.key)}</code>", _e(label(st.solution.candidate, st.solution.params)),
+                         f"<code>{_e(st.solution.env)}</code>", changed, _e(st.layer)])
+        body.append("<p>Measured under another environment: never served here. Re-tune them with "
+                    "<code>arbiter tune --retune-stale</code>; remove them with <code>arbiter prune --stale</code>.</p>"
+                    + _table(["key", "winner", "stored env", "what changed", "layer"], rows, cls="stale"))
+    else:
+        body.append("<p>None.</p>")
+    return (f"<!doctype html><html lang=en><head><meta charset=utf-8><title>kernel-arbiter report</title>"
+            f"<style>{CSS}</style></head><body>{''.join(body)}</body></html>")
+
+
+def write(layers: list[tuple[str, object]], out_dir: str, *, target: str | None = None,
+          op: str | None = None) -> tuple[str, Report]:
+    """Render the layers' report into ``out_dir/index.html`` (the folder is created); returns (path, report)."""
+    report = collect(layers, target=target, op=op)
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(out_dir, "index.html")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(render(report))
+    return path, report
