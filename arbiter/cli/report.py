@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from arbiter.cli import app, console
+from arbiter.cli import app, console, friendly
 from arbiter.errors import RegistryError
 
 
@@ -28,6 +28,7 @@ def _read_only_layers() -> list[tuple[str, object]]:
 
 
 @app.command()
+@friendly
 def report(
     out: Path = typer.Option(..., "--out", help="Folder to write index.html into (created if missing)."),
     target: str = typer.Option(None, help="Only keys of this target."),
@@ -37,11 +38,6 @@ def report(
     gate failures with their reasons, dispatch counters, stale entries. Plots need the `report` extra."""
     from arbiter.report import write
 
-    try:
-        layers = _read_only_layers()
-        path, rep = write(layers, str(out), target=target, op=op)
-    except RegistryError as exc:
-        console().print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
-        raise typer.Exit(1)
+    path, rep = write(_read_only_layers(), str(out), target=target, op=op)
     console().print(f"wrote {path}: {len(rep.sections)} sections, {sum(len(s.keys) for s in rep.sections)} keys, "
                     f"{len(rep.stale)} stale solutions", highlight=False)
