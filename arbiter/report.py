@@ -72,6 +72,7 @@ class KeyEntry:
     measurements: list[MeasurementRecord]
     rejected: list[Rejected]
     counts: list[CountDelta]
+    looser: dict[str, object]  # solution label -> its Budget, for solutions that passed under a declared looser one
 
     @property
     def size(self) -> int:
@@ -131,6 +132,7 @@ def collect(layers: list[tuple[str, object]], *, target: str | None = None, op: 
 
     solutions: dict[tuple[str, str], tuple[str, SolutionRecord]] = {}
     rejected: dict[tuple[str, str], list[Rejected]] = {}
+    looser: dict[tuple[str, str], dict[str, object]] = {}
     for name, sql in layers:
         for r in sql.solutions():
             solutions.setdefault((r.key, r.env), (name, r))
@@ -138,6 +140,8 @@ def collect(layers: list[tuple[str, object]], *, target: str | None = None, op: 
             if not verdict.passed:
                 rejected.setdefault((vkey.key, vkey.env), []).append(
                     Rejected(label(cand, vkey.params), verdict.reason, verdict.rel_error))
+            elif verdict.looser_budget:
+                looser.setdefault((vkey.key, vkey.env), {})[label(cand, vkey.params)] = verdict.budget
     counts: dict[tuple[str, str], list[CountDelta]] = {}
     if layers:
         for c in layers[0][1].counts():  # counters are the user's own dispatches
@@ -165,7 +169,8 @@ def collect(layers: list[tuple[str, object]], *, target: str | None = None, op: 
             if measurements:
                 break
         entries.setdefault((key.target, key.op, key.dtype, env), []).append(KeyEntry(
-            key, layer, record, measurements, rejected.get((key_id, env), []), counts.get((key_id, env), [])))
+            key, layer, record, measurements, rejected.get((key_id, env), []), counts.get((key_id, env), []),
+            looser.get((key_id, env), {})))
 
     sections = [Section(t, o, d, e, sorted(keys, key=lambda k: (k.size, k.key.id)))
                 for (t, o, d, e), keys in sorted(entries.items())]
@@ -343,14 +348,17 @@ def _section_html(s: Section, env_state: str, plots: bool) -> str:
     for k in s.keys:
         r = k.solution
         hits = _hits(k)
+        b = k.looser.get(k.winner) if r else None
+        budget = (f"<span class=warn>looser, declared: rel {b.rel_fro:.0e}, atol {b.atol:.0e}, "
+                  f"rtol {b.rtol:.0e}</span>" if b is not None else "published" if r else "")
         rows.append([f"<code>{_e(k.key.id)}</code>",
                      f"<b>{_e(k.winner)}</b>" if r else "<span class=stale>none: every solution failed the gate</span>",
                      _e(r.policy) if r else "", _fmt(r.margin * 100 if r and r.margin is not None else None, "+.1f"),
-                     _e(r.note) if r else "",
+                     _e(r.note) if r else "", budget,
                      (str(hits) if hits else "<span class=warn>0 (never dispatched)</span>") if r else "",
                      _e(k.layer)])
-    parts.append("<h3>Winners</h3>" + _table(["key", "winner", "policy", "margin %", "note", "hits", "layer"],
-                                             rows, numeric=(3, 5)))
+    parts.append("<h3>Winners</h3>" + _table(["key", "winner", "policy", "margin %", "note", "budget", "hits",
+                                              "layer"], rows, numeric=(3, 6)))
     timed = []
     for k in s.keys:
         for m in sorted(k.measurements, key=lambda m: (m.mode, m.median_s)):

@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 import arbiter
 from arbiter import Candidate, Tier, dispatch
+from arbiter.candidates import Contract
 from arbiter import env as envmod
 from arbiter.cli import app
 from arbiter.env import EnvironmentKey
@@ -40,7 +41,10 @@ class SlowVendor(Candidate):
 
 
 class FastEmitted(Candidate):
+    """Correct and fast; declares a budget looser than the published one, which the page must show."""
+
     name, target, op, tier = "fast_emitted", "cpu", "matmul", Tier.EMITTED
+    contract = Contract(accuracy="bounded", rel_fro=1e-3, atol=1e-3, rtol=1e-3)
 
     def run(self, region, params):
         return mm(region)
@@ -96,6 +100,7 @@ def test_collect_reads_winners_rejections_counters_and_stale(registry):
         assert {m.candidate for m in k.measurements} == {"slow_vendor", "fast_emitted"}
         [rejected] = k.rejected
         assert rejected.solution == "off_by_one" and rejected.reason
+        assert k.looser["fast_emitted"].rel_fro == 1e-3
     counted = {k.key.shape_text: [(c.candidate, c.hits, c.misses) for c in k.counts] for k in section.keys}
     assert counted == {"16x16x16": [("fast_emitted", 2, 1)], "32x32x32": []}  # the first call loads: a miss
     assert report.zero_hit == 1
@@ -116,6 +121,7 @@ def test_page_shows_every_part(registry):
     assert "exceeds" in reason or "error" in reason  # the gate's own words, not a placeholder
     assert f"<td>off_by_one</td><td>{html.escape(reason)}</td>" in page
     assert "0 (never dispatched)" in page
+    assert page.count("looser, declared: rel 1e-03, atol 1e-03, rtol 1e-03") == 2  # one per winner
     assert "numpy: 1.0.0-old → " + np.__version__ in page and "arbiter prune --stale" in page
     images = re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page)
     assert len(images) == 1 and base64.b64decode(images[0]).startswith(b"\x89PNG\r\n\x1a\n")
