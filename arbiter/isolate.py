@@ -5,17 +5,17 @@ limit (and, optionally, an address-space limit). A candidate that segfaults,
 hangs, or exhausts memory is recorded as failed with that reason, and tuning
 goes on with the rest.
 
-The child rebuilds the region from its description (op, target, dtype, dims,
-attributes, layout, seed) and looks the candidate up by name, so nothing but
-plain data crosses the process boundary. On the CPU the child is forked (so
-candidates registered at run time are there too); on GPU targets it is spawned,
-since a CUDA context does not survive a fork: candidates must then be
-importable (built-in, entry point, or registered at import of a module).
+The child is spawned (a fresh interpreter: forking after OpenMP or CUDA
+initialised is unsafe). It rebuilds the region from its description (op,
+target, dtype, dims, attributes, layout) and receives the candidate pickled,
+which works for any candidate class defined at module level (built-in, plug-in,
+or a user's module: unpickling imports it).
 """
 from __future__ import annotations
 
 import math
 import multiprocessing as mp
+import pickle
 import signal
 import time
 import traceback
@@ -50,21 +50,16 @@ def _rebuild(desc: dict):
     return region
 
 
-def _child(conn, job, desc, name, params, kwargs, memory_bytes):
+def _child(conn, job, desc, candidate, params, kwargs, memory_bytes):
     try:
         if memory_bytes:
             import resource
 
             resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
-        from arbiter.candidates import REGISTRY
         from arbiter.timing import measure
         from arbiter.verify import verify
 
         region = _rebuild(desc)
-        candidate = REGISTRY.get(name, desc["target"], desc["op"])
-        if candidate is None:
-            conn.send(Crash(f"candidate {name!r} is not registered in a fresh process (isolation needs it importable)"))
-            return
         result = verify(candidate, params, region) if job == "verify" else measure(candidate, params, region, **kwargs)
         conn.send(result)
     except MemoryError:
@@ -83,12 +78,14 @@ class Isolated:
         self.memory_bytes = memory_bytes
 
     def _call(self, job, candidate, params, region, kwargs=None):
-        method = "fork" if region.target == "cpu" and "fork" in mp.get_all_start_methods() else "spawn"
-        ctx = mp.get_context(method)
+        ctx = mp.get_context("spawn")
         parent, child = ctx.Pipe(duplex=False)
-        proc = ctx.Process(target=_child, args=(child, job, _describe(region), candidate.name, params,
+        proc = ctx.Process(target=_child, args=(child, job, _describe(region), candidate, params,
                                                 kwargs or {}, self.memory_bytes), daemon=True)
-        proc.start()
+        try:
+            proc.start()
+        except (pickle.PicklingError, AttributeError, TypeError) as exc:
+            return Crash(f"cannot be sent to a child process ({exc}); define the candidate class at module level")
         child.close()
         deadline = time.monotonic() + self.timeout_s
         result = None

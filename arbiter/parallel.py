@@ -8,8 +8,9 @@ that in-flight key is lost: it is retried once on a fresh worker, then reported.
 
 Workers sharing a device (CPU workers) verify in parallel but take turns to
 time, holding one lock: timings taken side by side on shared cores would
-measure the contention. On the CPU workers are forked (candidates registered at run time come along);
-on GPU targets they are spawned, one per device, each with
+measure the contention. Workers are spawned (fresh interpreters: a fork after
+OpenMP or CUDA initialised is unsafe), so they see built-in candidates, entry
+points and ``ARBITER_PLUGINS`` modules; on GPU targets there is one per device, each with
 ``CUDA_VISIBLE_DEVICES`` (``HIP_VISIBLE_DEVICES`` on ROCm) set to its device
 before anything imports the GPU library, so each captures its own device's
 environment key.
@@ -83,8 +84,7 @@ def tune_parallel(problems, target: str, *, workers: int = 2, devices: list[int]
     slots = [None] * workers if devices is None else list(devices)
     if not slots:
         raise ValueError("workers: need at least one worker or device")
-    method = "fork" if target == "cpu" and "fork" in mp.get_all_start_methods() else "spawn"
-    ctx = mp.get_context(method)
+    ctx = mp.get_context("spawn")
     tasks, results = ctx.Queue(), ctx.Queue()
     # Workers sharing one device verify in parallel but time one at a time: concurrent timing on a shared
     # CPU measures the contention, not the kernel. One worker per GPU needs no lock.

@@ -7,15 +7,18 @@ a *solution index*, and a candidate plus one parameter set is a ``Solution``.
 Built-in candidates live one file each under ``arbiter/candidates/<target>/``;
 every module there is imported (and so registered) the first time that target
 is asked for. Third-party packages contribute candidates through the entry-point
-group ``kernel_arbiter.candidates`` (a module to import, or a callable to call).
+group ``kernel_arbiter.candidates`` (a module to import, or a callable to call), or
+through ``ARBITER_PLUGINS`` (comma-separated module names to import).
 """
 from __future__ import annotations
 
 import enum
+import functools
 import hashlib
 import importlib
 import inspect
 import json
+import os
 import pkgutil
 import threading
 import warnings
@@ -233,14 +236,18 @@ class CandidateRegistry:
         self._entry_points_loaded = True
         from importlib.metadata import entry_points
 
-        for ep in entry_points(group=ENTRY_POINT_GROUP):
+        plugins = [(ep.name, ep.value, ep.load) for ep in entry_points(group=ENTRY_POINT_GROUP)]
+        # ARBITER_PLUGINS=mod1,mod2: modules to import as plug-ins without packaging them (and the way
+        # worker and isolation processes, which start fresh, get candidates defined in a script).
+        for module in filter(None, (m.strip() for m in os.environ.get("ARBITER_PLUGINS", "").split(","))):
+            plugins.append((module, module, functools.partial(importlib.import_module, module)))
+        for name, value, load in plugins:
             try:
-                loaded = ep.load()
+                loaded = load()
                 if callable(loaded) and not inspect.ismodule(loaded):
                     loaded()
             except Exception as exc:  # a broken plug-in must not break the arbiter
-                warnings.warn(f"kernel-arbiter: plug-in {ep.name!r} ({ep.value}) failed to load: {exc}",
-                              stacklevel=2)
+                warnings.warn(f"kernel-arbiter: plug-in {name!r} ({value}) failed to load: {exc}", stacklevel=2)
 
     def candidates(self, target: str, op: str) -> list[Candidate]:
         """Candidates for (target, op) in tier order: tier, then priority, then registration order."""

@@ -1,0 +1,83 @@
+"""The nvidia target: its availability gate everywhere; arrays, DLPack adoption and environment on a GPU."""
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+
+from arbiter import targets
+from arbiter.candidates import REGISTRY
+from arbiter.targets.nvidia import NvidiaTarget
+from gpu_support import requires_gpu
+
+def test_unavailable_without_cupy_gives_the_reason(monkeypatch):
+    monkeypatch.setitem(sys.modules, "cupy", None)  # makes `import cupy` raise ImportError
+    reason = NvidiaTarget().available()
+    assert isinstance(reason, str) and "CuPy" in reason
+    assert NvidiaTarget().environment() == {"available": reason}
+
+
+def test_every_nvidia_candidate_reports_availability_or_a_reason():
+    ok = targets.get("nvidia").available()
+    cands = [c for op in ("matmul", "softmax", "rmsnorm") for c in REGISTRY.candidates("nvidia", op)]
+    assert {c.tier.name for c in cands} == {"HAND_TUNED", "EMITTED", "SYNTHESIZED"}
+    for cand in cands:
+        got = cand.available()
+        assert got is True or (isinstance(got, str) and got), cand
+        if ok is not True:
+            assert got == ok, cand  # without the target, every candidate says why
+
+
+def test_owns_only_device_arrays():
+    t = NvidiaTarget()
+    assert not t.owns(np.zeros(3))
+
+
+@pytest.mark.gpu
+@requires_gpu
+def test_available_and_environment_fields():
+    t = targets.get("nvidia")
+    assert t.available() is True
+    env = t.environment()
+    for field in ("device", "compute_capability", "sm_count", "driver", "runtime", "cublas", "nvrtc", "cupy"):
+        assert env[field] and "unknown" not in env[field], field
+    assert int(env["sm_count"]) > 0
+
+
+@pytest.mark.gpu
+@requires_gpu
+def test_cupy_arrays_select_the_target_and_round_trip():
+    import cupy as cp
+
+    t = targets.get("nvidia")
+    x = cp.arange(6, dtype=cp.float32).reshape(2, 3)
+    name, native, back = targets.adopt(x)
+    assert (name, back) == ("nvidia", None) and native is x
+    dtypes = ["float32", "float16"] + (["bfloat16"] if t.bfloat16() is not None else [])
+    host = np.random.default_rng(0).standard_normal((5, 7))
+    for dtype in dtypes:
+        dev = t.from_host(host, dtype, order="F")
+        assert dev.flags.f_contiguous and str(dev.dtype) == dtype
+        back_host = np.asarray(t.to_host(dev), dtype=np.float64)
+        np.testing.assert_allclose(back_host, host, rtol=1e-2, atol=1e-2)
+        full = t.full((3, 4), np.nan, dtype)
+        t.synchronize()
+        assert np.isnan(np.asarray(t.to_host(full), dtype=np.float64)).all()
+
+
+@pytest.mark.gpu
+@requires_gpu
+def test_torch_cuda_tensors_are_adopted_zero_copy_and_results_come_back_as_torch():
+    torch = pytest.importorskip("torch")
+    import arbiter
+    from arbiter.regions import Matmul
+
+    a = torch.randn(33, 17, device="cuda")
+    b = torch.randn(17, 9, device="cuda")
+    name, native, back = targets.adopt(a)
+    assert name == "nvidia" and native.data.ptr == a.data_ptr()  # a view, not a copy
+    result = arbiter.run_arbitrated("matmul", Matmul(a, b))
+    assert isinstance(result, torch.Tensor) and result.is_cuda
+    torch.testing.assert_close(result, a @ b, rtol=1e-4, atol=1e-4)
+    assert targets.adopt(torch.zeros(2))[0] == "cpu"  # host tensors stay on the cpu target
