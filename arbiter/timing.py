@@ -23,6 +23,7 @@ How (DESIGN.md contract 3):
 """
 from __future__ import annotations
 
+import ctypes
 import math
 import time
 from dataclasses import dataclass
@@ -104,30 +105,41 @@ class CudaTimer(Timer):
 
 
 class HipTimer(Timer):
-    """HIP events through hip-python (ROCm target); built only when that target is available."""
+    """HIP events through hip-python (ROCm target); built only when that target is available.
+
+    Every call goes through ``arbiter.targets.rocm`` (its ``hip`` handle and ``check``), so a failed
+    event call raises ``HipError`` naming it instead of timing garbage. The L2 is flushed by
+    overwriting a device buffer of twice its size (HIP reports l2CacheSize as 0 on some devices; then
+    256 MiB, above the largest AMD last-level cache, is used).
+    """
 
     def __init__(self):
-        from hip import hip  # noqa: F401  (import fails cleanly without ROCm; the target is gated first)
+        from arbiter.targets import rocm
 
-        self.hip = hip
+        self.rocm = rocm
+        hip, check = rocm.bindings(), rocm.check
+        l2 = int(getattr(rocm.TARGET.properties(), "l2CacheSize", 0) or 0)
+        self.cache_bytes = l2 or (128 << 20)
+        self._scratch = rocm.RocmArray.empty((max(2 * l2, 256 << 20) // 4,), np.float32)
+        self._start = check(hip.hipEventCreate(), "hipEventCreate")
+        self._stop = check(hip.hipEventCreate(), "hipEventCreate")
+
+    def flush_cache(self):
+        self.rocm.check(self.rocm.hip.hipMemsetD32(ctypes.c_void_p(self._scratch.ptr), 0x3F800000,
+                                                   self._scratch.size), "hipMemsetD32")
 
     def time(self, fn, mode):
-        hip = self.hip
+        hip, check = self.rocm.hip, self.rocm.check
         if mode == "device":
-            err, start = hip.hipEventCreate()
-            err, stop = hip.hipEventCreate()
-            hip.hipEventRecord(start, None)
+            check(hip.hipEventRecord(self._start, None), "hipEventRecord")
             fn()
-            hip.hipEventRecord(stop, None)
-            hip.hipEventSynchronize(stop)
-            err, ms = hip.hipEventElapsedTime(start, stop)
-            hip.hipEventDestroy(start)
-            hip.hipEventDestroy(stop)
-            return ms * 1e-3
-        hip.hipDeviceSynchronize()
+            check(hip.hipEventRecord(self._stop, None), "hipEventRecord")
+            check(hip.hipEventSynchronize(self._stop), "hipEventSynchronize")
+            return check(hip.hipEventElapsedTime(self._start, self._stop), "hipEventElapsedTime") * 1e-3
+        check(hip.hipDeviceSynchronize(), "hipDeviceSynchronize")
         t0 = time.perf_counter_ns()
         fn()
-        hip.hipDeviceSynchronize()
+        check(hip.hipDeviceSynchronize(), "hipDeviceSynchronize")
         return (time.perf_counter_ns() - t0) * 1e-9
 
 

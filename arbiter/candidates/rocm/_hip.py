@@ -1,0 +1,102 @@
+"""Helpers shared by the ROCm candidates: kernels from the shared templates via hiprtc, hipBLAS handles.
+
+A ROCm kernel's source is the NVIDIA target's kernel text with one difference: ``portable.cuh``
+(beside this module) comes right after the ``#define`` lines, before ``common.cuh``. The template
+files are read from ``arbiter/candidates/nvidia/``; there is no second copy of any kernel here.
+Nothing touches hip-python at import: candidates register, and list their reasons, without ROCm.
+"""
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import ClassVar
+
+from arbiter import targets
+from arbiter.candidates import Candidate
+from arbiter.candidates.nvidia._cuda import DTYPE_MACRO, template
+from arbiter.targets import rocm
+
+PORTABLE = (Path(__file__).parent / "portable.cuh").read_text()
+# float16/bfloat16 conversions in common.cuh are PTX inline assembly, which HIP cannot compile
+# (portable.cuh says so); until common.cuh routes them through portable.cuh, kernels serve float32.
+KERNEL_DTYPES = ("float32",)
+
+
+def kernel_source(dtype: str, defines: dict, files: tuple[str, ...], prelude: str = "") -> str:
+    """Full HIP text: element type and parameter #defines, portable.cuh, common.cuh, ``prelude``, ``files``."""
+    head = [f"#define {DTYPE_MACRO[dtype]} 1"] + [f"#define {k} {v}" for k, v in defines.items()]
+    parts = ["\n".join(head), PORTABLE, template("common.cuh"), prelude] + [template(f) for f in files]
+    return "\n".join(p for p in parts if p)
+
+
+_compiled: dict[tuple[str, str, str], rocm.Kernel] = {}
+_kernels: dict[tuple, rocm.Kernel] = {}
+
+
+def compiled(source: str, name: str) -> rocm.Kernel:
+    """The kernel ``name`` of ``source`` compiled by hiprtc for this device; cached by the source's hash."""
+    arch = rocm.TARGET.gcn_arch()
+    key = (hashlib.sha256(source.encode()).hexdigest(), name, arch)
+    fn = _compiled.get(key)
+    if fn is None:
+        fn = _compiled[key] = rocm.Kernel(rocm.compile_source(source, name, arch), name)
+    return fn
+
+
+def kernel(name: str, dtype: str, files: tuple[str, ...], defines: tuple = (), prelude: str = "") -> rocm.Kernel:
+    """The loaded kernel ``name`` of ``files`` for ``dtype`` and ``defines``; memoised on the arguments."""
+    key = (name, dtype, files, defines, prelude)
+    fn = _kernels.get(key)
+    if fn is None:
+        fn = _kernels[key] = compiled(kernel_source(dtype, dict(defines), files, prelude), name)
+    return fn
+
+
+_handles: dict[str, object] = {}
+
+
+def blas_handle():
+    """The process's hipBLAS handle (created on first use, on the null stream)."""
+    handle = _handles.get("hipblas")
+    if handle is None:
+        handle = _handles["hipblas"] = rocm.check(rocm.hipblas.hipblasCreate(), "hipblasCreate")
+    return handle
+
+
+def blaslt_handle():
+    """The process's hipBLASLt handle (created on first use)."""
+    handle = _handles.get("hipblaslt")
+    if handle is None:
+        handle = _handles["hipblaslt"] = rocm.check(rocm.hipblaslt.hipblasLtCreate(), "hipblasLtCreate")
+    return handle
+
+
+def aligned16(*arrays) -> bool:
+    return all(a.ptr % 16 == 0 for a in arrays)
+
+
+def row_stride(array) -> int:
+    """Elements between consecutive rows of a 2-D array."""
+    return array.strides[0] // array.itemsize
+
+
+def no_epilogue(region) -> bool | str:
+    """The rocm target has no array library to compose an epilogue after a kernel, so these decline one."""
+    if getattr(region, "has_epilogue", False):
+        return "computes a @ b only; the rocm target has no array library to compose the fused epilogue"
+    return True
+
+
+class RocmCandidate(Candidate):
+    """Base of the ROCm candidates: availability from the target, portable.cuh and templates in the identity."""
+
+    target = "rocm"
+    templates: ClassVar[tuple[str, ...]] = ()  # shared .cu/.cuh files (in arbiter/candidates/nvidia/)
+    dtypes: ClassVar[tuple[str, ...]] = KERNEL_DTYPES
+
+    def available(self):
+        return targets.get("rocm").available()
+
+    def source(self):
+        texts = [PORTABLE, template("common.cuh")] + [template(f) for f in self.templates] if self.templates else []
+        return super().source() + "".join(texts)
