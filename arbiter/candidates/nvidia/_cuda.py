@@ -1,0 +1,179 @@
+"""Helpers shared by the NVIDIA candidates: lazy CuPy, kernel templates, the NVRTC compile cache.
+
+Nothing here imports CuPy at module load: candidates register (and list their
+reasons) on machines without it. Kernel sources are the readable ``.cu`` files
+beside this module; a kernel is the template text preceded by ``#define`` lines
+for its element type and parameters, so the compiled text (and its hash) says
+exactly what ran.
+"""
+from __future__ import annotations
+
+import hashlib
+from functools import lru_cache
+from pathlib import Path
+from typing import ClassVar
+
+import numpy as np
+
+from arbiter import targets
+from arbiter.candidates import Candidate
+
+TEMPLATE_DIR = Path(__file__).parent
+DTYPE_MACRO = {"float32": "ARB_F32", "float16": "ARB_F16", "bfloat16": "ARB_BF16"}
+VEC16 = {"float32": 4, "float16": 8, "bfloat16": 8}  # elements per 16-byte load
+IDENTITY_EPILOGUE = """\
+// No fused epilogue: the root op's value as it is (the candidate composes any epilogue afterwards).
+__device__ __forceinline__ float arb_epilogue(float v, int row, int col, const T* __restrict__ bias,
+                                              const T* __restrict__ residual, long long ldr) { return v; }
+"""
+
+
+def cupy():
+    from arbiter.targets.nvidia import cupy_module
+
+    return cupy_module()
+
+
+@lru_cache(maxsize=None)
+def template(name: str) -> str:
+    """The text of a kernel template file beside this module."""
+    return (TEMPLATE_DIR / name).read_text()
+
+
+def kernel_source(dtype: str, defines: dict, files: tuple[str, ...], prelude: str = "") -> str:
+    """Full CUDA C text: element type and parameter #defines, common.cuh, ``prelude``, then ``files``."""
+    head = [f"#define {DTYPE_MACRO[dtype]} 1"] + [f"#define {k} {v}" for k, v in defines.items()]
+    parts = ["\n".join(head), template("common.cuh"), prelude] + [template(f) for f in files]
+    return "\n".join(p for p in parts if p)
+
+
+_functions: dict[tuple[str, str], object] = {}
+
+
+def compiled(source: str, name: str):
+    """The kernel ``name`` of ``source`` compiled with NVRTC; cached by the source's hash.
+
+    CuPy keeps its own on-disk cache too, so a new process skips NVRTC for a known source.
+    """
+    key = (hashlib.sha256(source.encode()).hexdigest(), name)
+    fn = _functions.get(key)
+    if fn is None:
+        module = cupy().RawModule(code=source, options=("--std=c++17",))
+        fn = _functions[key] = module.get_function(name)
+    return fn
+
+
+_kernels: dict[tuple, object] = {}
+
+
+def kernel(name: str, dtype: str, files: tuple[str, ...], defines: tuple = (), prelude: str = ""):
+    """The compiled kernel ``name`` of ``files`` for ``dtype`` and ``defines`` ((name, value) pairs).
+
+    Memoised on the arguments, so a warm call builds no source text and hashes nothing.
+    """
+    key = (name, dtype, files, defines, prelude)
+    fn = _kernels.get(key)
+    if fn is None:
+        fn = _kernels[key] = compiled(kernel_source(dtype, dict(defines), files, prelude), name)
+    return fn
+
+
+def row_stride(array) -> int:
+    """Elements between consecutive rows of a 2-D array."""
+    return array.strides[0] // array.itemsize
+
+
+def aligned16(*arrays) -> bool:
+    return all(a.data.ptr % 16 == 0 for a in arrays)
+
+
+_epilogues: dict[tuple, object] = {}
+
+
+def _epilogue_kernel(activation: str, bias: bool, residual: bool):
+    """One CuPy elementwise kernel for bias -> activation -> residual, computing in float."""
+    key = (activation, bias, residual)
+    fn = _epilogues.get(key)
+    if fn is None:
+        from arbiter.synth import ACTIVATIONS
+        from arbiter.synth.cuda import cuda_expression
+
+        params = "Z z" + (", T bias" if bias else "") + (", T res" if residual else "")
+        body = ["float v = (float)z;"]
+        if bias:
+            body.append("v += (float)bias;")
+        if activation != "none":
+            body.append(f"v = {cuda_expression(ACTIVATIONS[activation])};")
+        if residual:
+            body.append("v += (float)res;")
+        body.append("out = (T)v;")
+        fn = _epilogues[key] = cupy().ElementwiseKernel(params, "T out", " ".join(body),
+                                                        f"arbiter_epilogue_{activation}_{int(bias)}{int(residual)}")
+    return fn
+
+
+def compose_epilogue(region, z, out) -> None:
+    """``out = activation(z + bias) + residual`` with one CuPy elementwise kernel (``z`` holds a @ b;
+    it may be ``out`` itself, or a float32 buffer so half types are rounded once)."""
+    args = [z] + ([region.bias] if region.bias is not None else []) + \
+        ([region.residual] if region.residual is not None else [])
+    _epilogue_kernel(region.activation, region.bias is not None, region.residual is not None)(*args, out)
+
+
+def gemm_output(region, out) -> tuple:
+    """(buffer the GEMM kernel writes, extra #defines): ``out`` itself, or a float32 buffer
+    (``ARB_OUT_F32``) when a half-precision region has an epilogue still to apply."""
+    if region.has_epilogue and region.dtype != "float32":
+        return cupy().empty(out.shape, dtype=np.float32), (("ARB_OUT_F32", 1),)
+    return out, ()
+
+
+def finish_epilogue(region, buffer, out) -> None:
+    """Apply a region's epilogue to ``buffer`` (which holds a @ b), writing ``out``."""
+    if region.has_epilogue:
+        compose_epilogue(region, buffer, out)
+
+
+def next_pow2(n: int) -> int:
+    return 1 if n <= 1 else 1 << (n - 1).bit_length()
+
+
+class NvidiaCandidate(Candidate):
+    """Base of the NVIDIA candidates: availability from the target, templates in the code identity."""
+
+    target = "nvidia"
+    templates: ClassVar[tuple[str, ...]] = ()  # .cu files whose text is part of this candidate's identity
+    dtypes: ClassVar[tuple[str, ...]] = ("float32", "float16", "bfloat16")
+
+    def available(self):
+        return targets.get("nvidia").available()
+
+    def check_dtype(self, region) -> bool | str:
+        if region.dtype not in self.dtypes:
+            return f"dtype {region.dtype} is not one of {', '.join(self.dtypes)}"
+        return True
+
+    def source(self):
+        texts = [template("common.cuh")] + [template(f) for f in self.templates] if self.templates else []
+        return super().source() + "".join(texts)
+
+
+def check_gemm(region, dtypes) -> bool | str:
+    """What every emitted/synthesized GEMM needs: a supported dtype and C-contiguous a and b."""
+    if region.dtype not in dtypes:
+        return f"dtype {region.dtype} is not one of {', '.join(dtypes)}"
+    if region.layout[:2] != "RR":
+        return f"needs C-contiguous a and b (layout RR), got {region.layout[:2]}; the vendor candidates serve others"
+    return True
+
+
+def check_rows(region, dtypes, max_cols: int) -> bool | str:
+    """What every row kernel needs: last axis, C-contiguous rows, the bucket's columns within reach."""
+    if region.dtype not in dtypes:
+        return f"dtype {region.dtype} is not one of {', '.join(dtypes)}"
+    if region.layout != "R" or not region.axis_last:
+        return "needs a C-contiguous x reduced over its last axis; the vendor candidates serve others"
+    cols_bound = dict(region.key.bucket)["cols"]
+    if cols_bound > max_cols:
+        return f"rows of up to {max_cols} columns (register-resident); this bucket reaches {cols_bound}"
+    return True

@@ -1,0 +1,55 @@
+"""Launch plumbing shared by the row-kernel candidates (softmax.cu, rmsnorm.cu over rows_common.cuh)."""
+from __future__ import annotations
+
+import numpy as np
+
+from arbiter.candidates.nvidia._cuda import VEC16, aligned16, kernel, next_pow2
+
+MAX_PER_THREAD = 64  # floats of a row held in registers per thread
+MAX_THREADS = 1024
+
+
+def plan(region, out, row_threads: int, vec: bool) -> tuple[int, int, int]:
+    """(row threads, vector width, loads per thread) for this region's column count.
+
+    The vector width is used only when every row starts 16-byte aligned; row threads grow (up to
+    1024) when the row would not fit ``MAX_PER_THREAD`` registers per thread; loads per thread are
+    rounded up to a power of two so one compiled kernel serves a range of widths.
+    """
+    cols = region.dims["cols"]
+    v = VEC16[region.dtype]
+    width = v if vec and cols % v == 0 and aligned16(region.x, out) else 1
+    chunks = max(1, -(-cols // width))
+    while row_threads < MAX_THREADS and chunks > row_threads * (MAX_PER_THREAD // width):
+        row_threads *= 2
+    iters = next_pow2(-(-chunks // row_threads))
+    if iters * width > MAX_PER_THREAD:
+        raise ValueError(f"cols: {cols} columns exceed {MAX_THREADS} threads x {MAX_PER_THREAD} registers")
+    return row_threads, width, iters
+
+
+def row_kernel(file: str, name: str, region, out, row_threads: int, rows_per_block: int, vec: bool):
+    """(compiled kernel, grid, block) for one row kernel template."""
+    threads, width, iters = plan(region, out, row_threads, vec)
+    rpb = rows_per_block if threads == 32 else 1
+    defines = (("ROW_THREADS", threads), ("ROWS_PER_BLOCK", rpb), ("VEC", width), ("ITERS", iters))
+    fn = kernel(name, region.dtype, ("rows_common.cuh", file), defines)
+    rows = region.dims["rows"]
+    return fn, ((rows + rpb - 1) // rpb,), (threads * rpb,)
+
+
+def launch_softmax(region, out, row_threads: int, rows_per_block: int, vec: bool):
+    fn, grid, block = row_kernel("softmax.cu", "softmax_rows", region, out, row_threads, rows_per_block, vec)
+    rows, cols = region.dims["rows"], region.dims["cols"]
+    if rows and cols:
+        fn(grid, block, (region.x, out, np.int32(rows), np.int32(cols), np.int64(cols), np.int64(cols)))
+    return out
+
+
+def launch_rmsnorm(region, out, row_threads: int, rows_per_block: int, vec: bool):
+    fn, grid, block = row_kernel("rmsnorm.cu", "rmsnorm_rows", region, out, row_threads, rows_per_block, vec)
+    rows, cols = region.dims["rows"], region.dims["cols"]
+    if rows and cols:
+        fn(grid, block, (region.x, region.weight, out, np.int32(rows), np.int32(cols), np.int64(cols),
+                         np.int64(cols), np.float32(region.eps)))
+    return out

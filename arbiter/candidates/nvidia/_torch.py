@@ -1,0 +1,30 @@
+"""PyTorch as a vendor library on NVIDIA: availability and zero-copy DLPack views of CuPy arrays."""
+from __future__ import annotations
+
+from functools import lru_cache
+
+from arbiter import targets
+
+
+@lru_cache(maxsize=1)
+def torch_reason() -> bool | str:
+    """True when PyTorch imports and sees a CUDA device; else why not."""
+    try:
+        import torch
+    except Exception as exc:
+        return f"PyTorch does not import ({type(exc).__name__}); install kernel-arbiter[torch]"
+    if not torch.cuda.is_available():
+        return f"PyTorch {torch.__version__} sees no CUDA device"
+    return True
+
+
+def torch_available() -> bool | str:
+    ok = targets.get("nvidia").available()
+    return torch_reason() if ok is True else ok
+
+
+def view(array):
+    """A torch tensor sharing ``array``'s memory (DLPack, no copy)."""
+    import torch
+
+    return torch.from_dlpack(array)

@@ -1,0 +1,72 @@
+"""Synthesized matmul on NVIDIA: the region's epilogue chain generated into the GEMM's store.
+
+``arbiter.synth.cuda.gemm_kernel`` renders bias -> activation -> residual as the ``arb_epilogue``
+function of the GEMM template (CUDA cores for float32, tensor cores for float16/bfloat16), so the
+epilogue costs no pass over C. Only regions with an epilogue apply: without one there is nothing
+to fuse and the emitted GEMMs are the same kernel. The solution index is the tile size.
+"""
+from __future__ import annotations
+
+import inspect
+
+from arbiter import synth
+from arbiter.candidates import Tier, register
+from arbiter.candidates.nvidia._cuda import NvidiaCandidate, check_gemm
+from arbiter.candidates.nvidia.gemm_mma import launch_mma
+from arbiter.candidates.nvidia.gemm_tiled import launch_tiled
+from arbiter.synth import cuda as synth_cuda
+
+TILES = {  # per size: (float32 gemm_tiled tile, half-precision gemm_mma tile)
+    "medium": ((64, 64, 16, 4, 4), (64, 64, 32, 2, 2)),
+    "small": ((32, 32, 32, 2, 2), (32, 32, 32, 1, 2)),
+    "large": ((128, 64, 16, 8, 4), (128, 128, 32, 2, 4)),
+}
+
+
+class SynthMatmul(NvidiaCandidate):
+    name = "synth_matmul"
+    op = "matmul"
+    tier = Tier.SYNTHESIZED
+    templates = ("gemm_tiled.cu", "gemm_mma.cu")
+
+    def __init__(self):
+        self._kernels: dict[tuple, object] = {}
+
+    def param_space(self):
+        return [{"tile": size} for size in TILES]
+
+    def applies_to(self, region):
+        ok = check_gemm(region, self.dtypes)
+        if ok is not True:
+            return ok
+        if not region.has_epilogue:
+            return "no epilogue to fuse (the emitted GEMMs are this kernel without one)"
+        res = region.residual
+        if res is not None and (res.strides[0] % res.itemsize or res.strides[1] % res.itemsize
+                                or min(res.strides) <= 0):
+            return f"residual strides {res.strides} are not positive whole elements"
+        return True
+
+    def source(self):
+        return super().source() + inspect.getsource(synth) + inspect.getsource(synth_cuda)
+
+    def run(self, region, params):
+        out = region.alloc_out()
+        res = region.residual
+        res_cs = res.strides[1] // res.itemsize if res is not None else 1
+        ldr = res.strides[0] // res.itemsize if res is not None else 0
+        tile = TILES[params["tile"]][0 if region.dtype == "float32" else 1]
+        key = (region.dtype, region.key.attrs, res_cs, tile)
+        fn = self._kernels.get(key)
+        if fn is None:
+            kernel = synth_cuda.gemm_kernel(synth.epilogue_chain(region), region.dtype, tile, res_cs)
+            fn = self._kernels[key] = synth_cuda.compile_kernel(kernel)
+        if region.dims["m"] and region.dims["n"]:
+            bias = region.bias if region.bias is not None else out  # out stands in for an unused pointer
+            residual = res if res is not None else out
+            launch = launch_tiled if region.dtype == "float32" else launch_mma
+            launch(fn, tile, region, out, bias, residual, ldr)
+        return out
+
+
+register(SynthMatmul())

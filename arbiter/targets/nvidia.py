@@ -1,0 +1,177 @@
+"""The ``nvidia`` target: CuPy arrays on an NVIDIA GPU (PyTorch CUDA tensors through DLPack).
+
+Availability gate: the target is available only when CuPy imports, a CUDA device
+is present, and a tiny kernel compiled with NVRTC runs and gives the right
+answer; otherwise ``available()`` returns the reason and nothing else breaks.
+CuPy is imported lazily, so this module imports on machines without it.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from arbiter.targets import Target
+
+# Header-free on purpose: NVRTC must work without the CUDA toolkit's include files.
+_PROBE_SOURCE = r"""
+extern "C" __global__ void arbiter_probe(const float* x, float* y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = 2.0f * x[i] + 1.0f;
+}
+"""
+
+
+def cupy_module():
+    """CuPy, imported on first use (ImportError when it is not installed)."""
+    import cupy
+
+    return cupy
+
+
+def _bfloat16_dtype():
+    """NumPy's bfloat16 (ml_dtypes) when CuPy accepts it, else None."""
+    try:
+        import ml_dtypes
+
+        cp = cupy_module()
+        dt = np.dtype(ml_dtypes.bfloat16)
+        cp.zeros(1, dtype=dt)  # CuPy < 14 raises here: no bfloat16 support
+        return dt
+    except Exception:
+        return None
+
+
+class NvidiaTarget(Target):
+    name = "nvidia"
+
+    def __init__(self):
+        self._available: bool | str | None = None
+        self._bf16 = "unknown"
+
+    # -- the gate -------------------------------------------------------------
+    def available(self):
+        if self._available is None:
+            self._available = self._probe()
+        return self._available
+
+    @staticmethod
+    def _probe() -> bool | str:
+        try:
+            cp = cupy_module()
+        except Exception as exc:  # ImportError, or a CuPy built for another CUDA failing to load
+            return f"CuPy does not import ({type(exc).__name__}: {exc}); install kernel-arbiter[nvidia]"
+        try:
+            count = cp.cuda.runtime.getDeviceCount()
+        except Exception as exc:
+            return f"no CUDA device: {type(exc).__name__}: {exc}"
+        if count < 1:
+            return "no CUDA device is visible (CUDA_VISIBLE_DEVICES, driver)"
+        try:
+            kernel = cp.RawKernel(_PROBE_SOURCE, "arbiter_probe")
+            x = cp.arange(37, dtype=cp.float32)
+            y = cp.empty_like(x)
+            kernel((1,), (64,), (x, y, np.int32(x.size)))
+            if not bool(cp.allclose(y, 2 * x + 1)):
+                return "the NVRTC probe kernel ran but computed a wrong result"
+        except Exception as exc:
+            return f"an NVRTC-compiled probe kernel failed: {type(exc).__name__}: {exc}"
+        return True
+
+    def _require(self):
+        ok = self.available()
+        if ok is not True:
+            raise RuntimeError(f"target nvidia is unavailable: {ok}")
+        return cupy_module()
+
+    # -- arrays ---------------------------------------------------------------
+    def owns(self, array):
+        module = type(array).__module__
+        if module.startswith("cupy"):
+            return True
+        if module.startswith("torch"):
+            return getattr(array, "is_cuda", False)
+        return False
+
+    def adopt(self, array):
+        """CuPy arrays as they are; torch CUDA tensors as zero-copy CuPy views, results back as torch."""
+        if type(array).__module__.startswith("cupy"):
+            return array, None
+        cp = self._require()
+        import torch
+
+        return cp.from_dlpack(array), torch.from_dlpack
+
+    def bfloat16(self):
+        """The bfloat16 dtype CuPy takes, or None when this CuPy has no bfloat16 (CuPy < 14)."""
+        if self._bf16 == "unknown":
+            self._bf16 = _bfloat16_dtype()
+        return self._bf16
+
+    def np_dtype(self, name: str) -> np.dtype:
+        if name == "bfloat16":
+            dt = self.bfloat16()
+            if dt is None:
+                raise ValueError("dtype: bfloat16 on the nvidia target needs CuPy >= 14 and ml_dtypes")
+            return dt
+        return np.dtype(name)
+
+    def to_host(self, array) -> np.ndarray:
+        return self._require().asnumpy(array)
+
+    def from_host(self, array, dtype, order="C"):
+        cp = self._require()
+        host = np.asarray(array).astype(self.np_dtype(dtype))
+        return cp.asarray(np.asfortranarray(host) if order == "F" else np.ascontiguousarray(host))
+
+    def full(self, shape, value, dtype):
+        return self._require().full(shape, value, dtype=self.np_dtype(dtype))
+
+    def synchronize(self):
+        self._require().cuda.get_current_stream().synchronize()
+
+    # -- environment key ------------------------------------------------------
+    def environment(self):
+        ok = self.available()
+        if ok is not True:
+            return {"available": str(ok)}
+        cp = cupy_module()
+        dev = cp.cuda.Device()
+        props = cp.cuda.runtime.getDeviceProperties(dev.id)
+        name = props["name"]
+        env = {
+            "device": name.decode() if isinstance(name, bytes) else str(name),
+            "arch": f"sm_{props['major']}{props['minor']}",
+            "compute_capability": f"{props['major']}.{props['minor']}",
+            "sm_count": str(props["multiProcessorCount"]),
+            "driver": _version(cp.cuda.runtime.driverGetVersion()),
+            "runtime": _version(cp.cuda.runtime.runtimeGetVersion()),
+            "cublas": _cublas_version(cp),
+            "nvrtc": ".".join(str(v) for v in cp.cuda.nvrtc.getVersion()),
+            "cupy": cp.__version__,
+            "numpy": np.__version__,
+            "bfloat16": "yes" if self.bfloat16() is not None else "no",
+        }
+        try:
+            import torch
+
+            env["torch"] = torch.__version__
+        except ImportError:
+            env["torch"] = "absent"
+        return env
+
+
+def _version(code: int) -> str:
+    """CUDA's integer version (12040) as text (12.4)."""
+    return f"{code // 1000}.{(code % 1000) // 10}"
+
+
+def _cublas_version(cp) -> str:
+    try:
+        from cupy_backends.cuda.libs import cublas
+
+        code = cublas.getVersion(cp.cuda.device.get_cublas_handle())
+        return f"{code // 10000}.{(code % 10000) // 100}.{code % 100}" if code >= 10000 else str(code)
+    except Exception as exc:
+        return f"unknown ({type(exc).__name__})"
+
+
+TARGET = NvidiaTarget()
