@@ -17,7 +17,9 @@ if ! as_pg "$bindir/pg_ctl" -D "$DATA" status >/dev/null 2>&1; then
   as_pg "$bindir/initdb" -D "$DATA" -U postgres --auth=trust -E UTF8 >/dev/null
   as_pg "$bindir/pg_ctl" -D "$DATA" -l "$DATA/server.log" -w \
       -o "-p $PORT -k /tmp -c listen_addresses=127.0.0.1 -c max_connections=200 -c fsync=off" start >/dev/null
-  as_pg "$bindir/psql" -h 127.0.0.1 -p "$PORT" -U postgres -qc "CREATE ROLE arbiter LOGIN PASSWORD 'arbiter'" >/dev/null
+  as_pg "$bindir/psql" -h 127.0.0.1 -p "$PORT" -U postgres -qc "CREATE ROLE arbiter LOGIN CREATEDB PASSWORD 'arbiter'" >/dev/null
   as_pg "$bindir/psql" -h 127.0.0.1 -p "$PORT" -U postgres -qc "CREATE DATABASE arbiter OWNER arbiter" >/dev/null
 fi
+# The tests create (and drop) one database per test; a server started by an older copy of this script lacks the right.
+as_pg "$bindir/psql" -h 127.0.0.1 -p "$PORT" -U postgres -qc "ALTER ROLE arbiter CREATEDB" >/dev/null
 echo "$URL"

@@ -33,6 +33,14 @@ def _where() -> str:
     return os.environ.get("ARBITER_DB") or DEFAULT_PATH
 
 
+def _shown() -> str:
+    """The user registry as printed: a server URL's password is replaced by ``***``."""
+    from sqlalchemy.engine import make_url
+
+    where = _where()
+    return make_url(where).render_as_string(hide_password=True) if "://" in where else where
+
+
 def _layers() -> list[tuple[str, object]]:
     """[("user", SqlStore), ("system", SqlStore)] of the default store; [] when it fell back to memory."""
     from arbiter.store import default_store
@@ -47,7 +55,7 @@ def _layers() -> list[tuple[str, object]]:
 def _user_sql():
     layers = dict(_layers())
     if "user" not in layers:
-        raise RegistryError(f"{_where()}: cannot be written, so this command has nothing to work on. "
+        raise RegistryError(f"{_shown()}: cannot be written, so this command has nothing to work on. "
                             f"Set --db/ARBITER_DB to a writable path.")
     return layers["user"]
 
@@ -112,11 +120,11 @@ def stats(
                              "hits": hits, "misses": misses, "fallbacks": fallbacks})
     zero = [r for r in rows if r["state"] == "current" and r["hits"] == 0]
     if as_json:
-        print(json.dumps({"registry": _where(), "solutions": rows, "stale_environments": stale,
+        print(json.dumps({"registry": _shown(), "solutions": rows, "stale_environments": stale,
                           "zero_hit_solutions": len(zero)}, indent=1, default=str))
         return
     out = console()
-    table = Table(title=f"registry {_where()}: stored solutions")
+    table = Table(title=f"registry {_shown()}: stored solutions")
     for col in ("key", "winner", "policy", "tier", "hits", "misses", "fallbacks", "state"):
         table.add_column(col, justify="right" if col in ("hits", "misses", "fallbacks") else "left")
     for r in sorted(rows, key=lambda r: (r["state"] != "current", r["key"])):
@@ -289,8 +297,11 @@ def doctor(repair: bool = typer.Option(False, "--repair", help="Move a corrupt r
             out.print(f"[red]problem:[/red] {p}", highlight=False, soft_wrap=True)
         if sql is not None:
             sql.close()
-        if path is None:
-            raise typer.Exit(1)  # a server database is repaired by its administrator, not moved
+        if path is None:  # a server database is repaired by its administrator, never moved by us
+            out.print(f"{_shown()}: nothing was changed. Restore it from a backup, "
+                      f"or create a fresh database and `arbiter --db NEW_URL import` an export.", highlight=False,
+                      soft_wrap=True)
+            raise typer.Exit(1)
         if not repair:
             out.print(f"{path} is damaged; nothing was changed. `arbiter --db {path} doctor --repair` moves it "
                       f"aside (kept, renamed) and a fresh registry is created.", highlight=False)
@@ -300,9 +311,9 @@ def doctor(repair: bool = typer.Option(False, "--repair", help="Move a corrupt r
         return
     counts = sql.table_counts()
     stale = _stale_envs(sql)
-    out.print(f"{sql.where}: ok, schema v{sql.version()}, integrity ok; "
+    out.print(f"{sql.where}: ok, schema v{sql.version()}, integrity ok ({sql.checks()}); "
               + ", ".join(f"{n} {k}" for k, n in counts.items())
-              + f"; {len(stale)} stale environment(s)", highlight=False)
+              + f"; {len(stale)} stale environment(s)", highlight=False, soft_wrap=True)
 
 
 @app.command("export")

@@ -37,6 +37,7 @@ def _v1_to_v2(conn: Connection) -> None:
 
 
 STEPS = {1: _v1_to_v2}
+_PG_LOCK = 0x6B61_7262  # the advisory lock id of schema upgrades ("karb"); any constant shared by all writers
 assert sorted(STEPS) == list(range(1, SCHEMA_VERSION)), "the ladder must have one step per version"
 
 
@@ -55,6 +56,11 @@ def upgrade(conn: Connection, where: str) -> int:
 
     Raises RegistryError naming ``where`` for a database that is not a registry or is newer than this code.
     """
+    if conn.dialect.name == "postgresql":
+        # Two processes opening one fresh server database would both find v0 and both CREATE TABLE (one then
+        # fails: "relation already exists"). SQLite's BEGIN IMMEDIATE serializes them; here a transaction-scoped
+        # advisory lock does, and the second reads the version only after the first committed it.
+        conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_PG_LOCK})")
     found = read_version(conn)
     if found is None:
         raise RegistryError(f"{where}: this database has tables but no schema_version; it is not a "

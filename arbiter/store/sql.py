@@ -26,7 +26,7 @@ import threading
 import time
 from datetime import timezone
 
-from sqlalchemy import create_engine, delete, event, func, insert, select, update
+from sqlalchemy import UniqueConstraint, create_engine, delete, event, func, insert, select, update
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DatabaseError, IntegrityError, OperationalError
 from sqlalchemy.pool import StaticPool
@@ -153,6 +153,30 @@ def _key_target(key: str) -> str:
     return key.split(":", 1)[0]
 
 
+def _schema_problems(conn) -> list[str]:
+    """Tables, columns and unique constraints the models have but the database lacks (a hand-edited or
+    half-restored registry); an extra table or column is not a problem."""
+    from sqlalchemy import inspect
+
+    from arbiter.store.models import Base
+
+    found, problems = inspect(conn), []
+    tables = set(found.get_table_names())
+    for table in Base.metadata.sorted_tables:
+        if table.name not in tables:
+            problems.append(f"table {table.name} is missing")
+            continue
+        have = {c["name"] for c in found.get_columns(table.name)}
+        problems += [f"column {table.name}.{c.name} is missing" for c in table.columns if c.name not in have]
+        uniques = {tuple(sorted(u["column_names"])) for u in found.get_unique_constraints(table.name)}
+        uniques |= {tuple(sorted(i["column_names"])) for i in found.get_indexes(table.name) if i.get("unique")}
+        for want in (c for c in table.constraints if isinstance(c, UniqueConstraint)):
+            if tuple(sorted(c.name for c in want.columns)) not in uniques:
+                problems.append(f"unique constraint {want.name} on {table.name} is missing: two writers "
+                                f"could store duplicates")
+    return problems
+
+
 class SqlStore(Store):
     """The registry in a SQL database. ``readonly`` opens it for reading only (a system registry)."""
 
@@ -173,6 +197,8 @@ class SqlStore(Store):
         self._solutions: dict[tuple[str, str], SolutionRecord] = {}
         self._verdicts: dict[VerdictKey, object] = {}
         self._loaded: set[tuple[str, str]] = set()  # ("solutions"|"verdicts", env) already bulk-loaded
+        self._parents: set[tuple] = set()  # parent rows known committed: ("key", id), ("candidate", identity), ...
+        self._pending: set[tuple] = set()  # parents written by the transaction in progress
         self._open()
         if not readonly:
             from arbiter.store import flusher
@@ -189,6 +215,9 @@ class SqlStore(Store):
             return UnwritableRegistry(f"{self.where}: cannot be written ({detail}).")
         if self.path is not None and any(s in detail for s in ("not a database", "malformed", "corrupt")):
             return RegistryError(f"{self.where}: {detail}. {repair_hint(self.where)}")
+        if self.path is None and isinstance(exc, OperationalError) and "connect" in detail.lower():
+            return RegistryError(f"{self.where}: cannot connect ({detail.strip()}). Check the URL, that the server "
+                                 f"is running, and that the database exists (CREATE DATABASE); nothing was written.")
         return RegistryError(f"{self.where}: {detail}. Check it with `arbiter --db {self.where} doctor`.")
 
     def _run(self, fn, *, write: bool):
@@ -201,9 +230,13 @@ class SqlStore(Store):
                 with self._lock, self._engine.connect() as conn:
                     if write:
                         conn.execution_options(arbiter_write=True)
+                    self._pending = set()
                     with conn.begin():
-                        return fn(conn)
+                        result = fn(conn)
+                    self._parents |= self._pending  # committed
+                    return result
             except IntegrityError as exc:  # lost an insert race: the retry finds the row and updates it
+                self._parents = set()
                 integrity += 1
                 if integrity > INTEGRITY_RETRIES:
                     raise self._error(exc) from exc
@@ -229,8 +262,12 @@ class SqlStore(Store):
         return self._run(migrate.read_version, write=False)
 
     # --- parents ------------------------------------------------------------
-    @staticmethod
-    def _put_env(conn, fingerprint: str, target: str, fields: dict) -> None:
+    # Parents this store has seen committed are not looked up again (half the statements of a counter
+    # flush). Parent rows are never deleted, so the set stays true; a foreign-key failure clears it anyway.
+    def _put_env(self, conn, fingerprint: str, target: str, fields: dict) -> None:
+        if ("env", fingerprint, True) in self._parents or ("env", fingerprint, bool(fields)) in self._parents:
+            return
+        self._pending.add(("env", fingerprint, bool(fields)))
         row = conn.execute(select(Environment.fields).where(Environment.fingerprint == fingerprint)).first()
         if row is None:
             conn.execute(insert(Environment).values(fingerprint=fingerprint, target=target, fields=fields))
@@ -238,8 +275,10 @@ class SqlStore(Store):
             conn.execute(update(Environment).where(Environment.fingerprint == fingerprint)
                          .values(fields=fields, target=target))
 
-    @staticmethod
-    def _put_key(conn, key: str) -> None:
+    def _put_key(self, conn, key: str) -> None:
+        if ("key", key) in self._parents:
+            return
+        self._pending.add(("key", key))
         if conn.execute(select(ProblemKeyRow.id).where(ProblemKeyRow.id == key)).first() is not None:
             return
         parts = key.split(":")
@@ -247,8 +286,10 @@ class SqlStore(Store):
         values = dict(zip(names, parts)) if len(parts) == len(names) else {}
         conn.execute(insert(ProblemKeyRow).values(id=key, **values))
 
-    @staticmethod
-    def _put_candidate(conn, identity: str, name: str, target: str, op: str, tier: str) -> None:
+    def _put_candidate(self, conn, identity: str, name: str, target: str, op: str, tier: str) -> None:
+        if ("candidate", identity) in self._parents:
+            return
+        self._pending.add(("candidate", identity))
         if conn.execute(select(CandidateRow.identity).where(CandidateRow.identity == identity)).first() is None:
             conn.execute(insert(CandidateRow).values(identity=identity, name=name, target=target, op=op, tier=tier))
 
@@ -523,17 +564,25 @@ class SqlStore(Store):
                                        for m in models}, write=False)
 
     def integrity_check(self) -> list[str]:
-        """Problems found by the database's own check (SQLite ``PRAGMA integrity_check``); [] when sound."""
-        if make_url(self.url).get_backend_name() != "sqlite":
-            return []  # server databases check themselves; reading the schema version above was the probe
-
+        """Problems found; [] when sound. See ``checks()`` for what is checked on this dialect."""
         def read(conn):
-            rows = [r[0] for r in conn.exec_driver_sql("PRAGMA integrity_check").all()]
-            fk = conn.exec_driver_sql("PRAGMA foreign_key_check").all()
-            return ([] if rows == ["ok"] else rows) + [f"dangling reference in {r[0]} row {r[1]} to {r[2]}"
-                                                       for r in fk]
+            problems = _schema_problems(conn)
+            if conn.dialect.name == "sqlite":
+                rows = [r[0] for r in conn.exec_driver_sql("PRAGMA integrity_check").all()]
+                fk = conn.exec_driver_sql("PRAGMA foreign_key_check").all()
+                problems += ([] if rows == ["ok"] else rows) + [f"dangling reference in {r[0]} row {r[1]} to {r[2]}"
+                                                                for r in fk]
+            return problems
 
         return self._run(read, write=False)
+
+    def checks(self) -> str:
+        """What ``integrity_check`` covers here, in words (``arbiter doctor`` prints it)."""
+        schema = "every table, column and unique constraint of the models present"
+        if self.path is not None:
+            return f"{schema}; SQLite integrity_check and foreign_key_check ok"
+        return (f"{schema}; foreign keys are enforced by the server; its storage is checked by the server's own "
+                f"tools (e.g. pg_amcheck), not by kernel-arbiter")
 
     def close(self) -> None:
         self._engine.dispose()

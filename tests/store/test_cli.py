@@ -45,8 +45,8 @@ def test_doctor_reports_a_garbage_registry_and_moves_it_aside_only_with_repair(t
     assert "integrity ok" in _invoke("doctor").stdout
 
 
-def test_export_import_merges_and_reports_conflicts(tmp_path, monkeypatch):
-    a, b, f = str(tmp_path / "a.db"), str(tmp_path / "b.db"), str(tmp_path / "x.json")
+def test_export_import_merges_and_reports_conflicts(backend, tmp_path, monkeypatch):
+    a, b, f = backend.new(), backend.new(), str(tmp_path / "x.json")
     sa, sb = SqlStore(a), SqlStore(b)
     sa.save_solution(SolutionRecord(key(1), "lab_kernel", "lab_kernel@1", {"tile": 8}, "measured", ENV, 0.2))
     sa.save_solution(SolutionRecord(key(2), "lab_kernel", "lab_kernel@1", {}, "tier", ENV))
@@ -107,7 +107,8 @@ def test_list_shows_every_target_with_availability_and_reason():
             assert all(not c["available"] and c["reason"] for c in out["candidates"] if c["target"] == name)
 
 
-def test_stats_shows_persisted_counts_and_zero_hit_solutions():
+def test_stats_shows_persisted_counts_and_zero_hit_solutions(backend, monkeypatch):
+    monkeypatch.setenv("ARBITER_DB", backend.new())
     st = default_store()
     dispatch.configure(store=st)
     x = np.random.default_rng(0).standard_normal((4, 32)).astype(np.float32)
@@ -124,3 +125,26 @@ def test_stats_shows_persisted_counts_and_zero_hit_solutions():
     assert rows[unused.key.id]["hits"] == 0 and out["zero_hit_solutions"] == 1
     assert "never dispatched" in _invoke("stats").stdout
     assert json.loads(_invoke("stats", "--json", "--op", "softmax").stdout)["solutions"] == []
+
+
+def test_doctor_says_what_it_checked_and_names_a_missing_table(backend, monkeypatch):
+    db = backend.new()
+    SqlStore(db).save_solution(SolutionRecord(key(1), "lab_kernel", "lab_kernel@1", {}, "tier", ENV))
+    monkeypatch.setenv("ARBITER_DB", db)
+    ok = " ".join(_invoke("doctor").stdout.split())
+    assert "ok, schema v2" in ok and "unique constraint" in ok and "1 solutions" in ok
+    assert ("integrity_check" in ok) == (backend.name == "sqlite") and ("server" in ok) == (backend.name != "sqlite")
+    backend.script(db, "DROP TABLE recorded_keys")  # a half-restored registry
+    bad = _invoke("doctor")
+    text = " ".join(bad.stdout.split())
+    assert bad.exit_code == 1 and "table recorded_keys is missing" in text and "nothing was changed" in text
+    assert backend.query(db, "select count(*) from solutions") == [(1,)]  # doctor changed nothing
+
+
+def test_a_server_database_that_does_not_exist_is_named_with_the_fix(postgres, monkeypatch):
+    gone = postgres.new().rsplit("/", 1)[0] + "/arbiter_no_such_db"
+    monkeypatch.setenv("ARBITER_DB", gone)
+    result = _invoke("stats")
+    text = " ".join(result.stdout.split())
+    assert result.exit_code == 1 and "arbiter_no_such_db" in text and "CREATE DATABASE" in text
+    assert "Traceback" not in text and ":arbiter@" not in text

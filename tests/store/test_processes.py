@@ -1,9 +1,10 @@
-"""Real processes on one real registry file: concurrency, SIGKILL mid-write, a warm second run."""
+"""Real processes on one real registry (a SQLite file; a PostgreSQL database where a server is reachable):
+concurrency, SIGKILL mid-write, a warm second run."""
 from __future__ import annotations
 
+import functools
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -19,26 +20,30 @@ def _env():
     return {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
 
 
-def test_eight_processes_writing_at_once_lose_nothing_and_never_see_locked(tmp_path):
-    db = str(tmp_path / "registry.db")
+def test_eight_processes_writing_at_once_lose_nothing_and_never_see_locked(backend):
+    db = backend.new()
     procs = [subprocess.Popen([sys.executable, WORKERS, "concurrent", db, str(w)], cwd=ROOT, env=_env(),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for w in range(8)]
     results = [(p.wait(timeout=240), p.stderr.read()) for p in procs]
     for rc, err in results:
         assert rc == 0, err
-        assert "locked" not in err
-    conn = sqlite3.connect(db)
+        assert "locked" not in err and "Traceback" not in err
+    q = functools.partial(backend.query, db)
     n = _workers.WRITES
-    assert conn.execute("select count(*) from verdicts").fetchone() == (8 * n,)
+    assert q("select count(*) from verdicts") == [(8 * n,)]
     # n own keys per worker, plus the shared keys that every worker wrote: one row each.
-    assert conn.execute("select count(*) from solutions").fetchone() == (8 * n + _workers.SHARED_KEYS,)
-    assert conn.execute("select count(*), min(hits), max(hits) from counters").fetchone() == (10, 8 * n, 8 * n)
-    assert conn.execute("select sum(misses) from counters").fetchone() == (8 * n * 5,)
-    assert conn.execute("pragma integrity_check").fetchone() == ("ok",)
+    assert q("select count(*) from solutions") == [(8 * n + _workers.SHARED_KEYS,)]
+    assert q("select count(*) from (select key, env from solutions group by key, env having count(*) > 1) d") \
+        == [(0,)]
+    # every shared key holds one worker's whole write (params and policy from the same transaction)
+    assert q("select count(*) from solutions where policy = 'measured'") == [(_workers.SHARED_KEYS,)]
+    assert q("select count(*), min(hits), max(hits) from counters") == [(10, 8 * n, 8 * n)]
+    assert q("select sum(misses) from counters") == [(8 * n * 5,)]
+    assert SqlStore(db).integrity_check() == []
 
 
-def test_sigkill_mid_write_leaves_a_sound_file_with_exactly_the_committed_rows(tmp_path):
-    db = str(tmp_path / "registry.db")
+def test_sigkill_mid_write_leaves_a_sound_file_with_exactly_the_committed_rows(backend):
+    db = backend.new()
     proc = subprocess.Popen([sys.executable, WORKERS, "until_killed", db], cwd=ROOT, env=_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     for line in proc.stdout:
@@ -48,22 +53,21 @@ def test_sigkill_mid_write_leaves_a_sound_file_with_exactly_the_committed_rows(t
     proc.wait(timeout=30)
     printed = [int(x) for x in proc.stdout.read().split()]
     last = printed[-1] if printed else int(line)
-    conn = sqlite3.connect(db)
-    assert conn.execute("pragma integrity_check").fetchone() == ("ok",)
-    per_key = conn.execute("select key, count(*) from measurements group by key").fetchall()
+    if backend.name == "sqlite":
+        assert backend.query(db, "pragma integrity_check") == [("ok",)]
+    per_key = backend.query(db, "select key, count(*) from measurements group by key")
     # Every transaction is whole (a key has all its rows or none), and the ones reported committed are there;
     # at most one more committed between its commit and its print.
     assert {n for _, n in per_key} == {_workers.MEASUREMENTS_PER_KEY}
     assert len(per_key) in (last, last + 1)
     assert {k for k, _ in per_key} == {_workers.key(i) for i in range(len(per_key))}
-    conn.close()
     st = SqlStore(db)  # still a working registry
     assert st.integrity_check() == []
     assert len(st.load_measurements(_workers.key(0), _workers.ENV)) == _workers.MEASUREMENTS_PER_KEY
 
 
-def test_a_second_arbiter_run_is_warm_no_verification(tmp_path):
-    db = str(tmp_path / "registry.db")
+def test_a_second_arbiter_run_is_warm_no_verification(backend, tmp_path):
+    db = backend.new()
     cmd = [sys.executable, "-m", "arbiter", "--db", db, "run"]
     first = subprocess.run(cmd, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300)
     second = subprocess.run(cmd, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300)
@@ -71,5 +75,4 @@ def test_a_second_arbiter_run_is_warm_no_verification(tmp_path):
     assert " 0 verdicts computed" not in first.stdout  # the first run verifies
     assert " 0 verdicts computed" in second.stdout
     # Counters of both runs were flushed to the file: every stored solution was missed twice (once a run).
-    conn = sqlite3.connect(db)
-    assert conn.execute("select min(misses), max(misses) from counters").fetchone() == (2, 2)
+    assert backend.query(db, "select min(misses), max(misses) from counters") == [(2, 2)]

@@ -1,8 +1,11 @@
-"""SqlStore on real SQLite files: round trips, unique upserts, migration, layering, default_store."""
+"""SqlStore on real databases (a SQLite file, and PostgreSQL where a server is reachable): round trips,
+unique upserts, migration, concurrent first opens, layering, default_store."""
 from __future__ import annotations
 
+import json
 import math
 import sqlite3
+import threading
 import warnings
 
 import pytest
@@ -11,12 +14,12 @@ from arbiter.errors import RegistryError
 from arbiter.store import CountDelta, MeasurementRecord, MemoryStore, SolutionRecord, VerdictKey, default_store
 from arbiter.store.layered import LayeredStore
 from arbiter.store.models import SCHEMA_VERSION
-from arbiter.store.sql import SqlStore
+from arbiter.store.sql import SqlStore, to_url
 from tests.store._workers import ENV, LabCandidate, key, verdict
 
 
-def test_verdict_round_trip_keeps_every_field_including_nan_and_inf(tmp_path):
-    db = str(tmp_path / "r.db")
+def test_verdict_round_trip_keeps_every_field_including_nan_and_inf(backend):
+    db = backend.new()
     cand = LabCandidate()
     failed = verdict(1)
     failed = type(failed)(False, "at 1x1x1: 3 element(s) NaN", math.nan, math.inf, ("1x1x1", "2x2x2"),
@@ -30,29 +33,30 @@ def test_verdict_round_trip_keeps_every_field_including_nan_and_inf(tmp_path):
     assert SqlStore(db).load_verdict(VerdictKey(cand.identity(), "{}", key(1), ENV)) is None
 
 
-def test_one_solution_per_key_and_environment_last_write_wins(tmp_path):
-    db = str(tmp_path / "r.db")
+def test_one_solution_per_key_and_environment_last_write_wins(backend):
+    db = backend.new()
     a, b = SqlStore(db), SqlStore(db)
     a.save_solution(SolutionRecord(key(1), "lab_kernel", "lab_kernel@1", {"tile": 8}, "tier", ENV))
     b.save_solution(SolutionRecord(key(1), "lab_kernel", "lab_kernel@1", {"tile": 16}, "measured", ENV, 0.3,
                                    note="by b"))
-    rows = sqlite3.connect(db).execute("select params, policy, margin, note from solutions").fetchall()
-    assert rows == [('{"tile": 16}', "measured", 0.3, "by b")]
+    rows = backend.query(db, "select params, policy, margin, note from solutions")
+    assert [(json.loads(p) if isinstance(p, str) else p, *rest) for p, *rest in rows] == \
+        [({"tile": 16}, "measured", 0.3, "by b")]
     assert a.load_solution(key(1), "other") is None
     # a's cache held its own write; b's commit is seen by a new process (a fresh store).
     assert SqlStore(db).load_solution(key(1), ENV).params == {"tile": 16}
 
 
-def test_a_solution_committed_elsewhere_after_start_up_is_found(tmp_path):
-    db = str(tmp_path / "r.db")
+def test_a_solution_committed_elsewhere_after_start_up_is_found(backend):
+    db = backend.new()
     reader, writer = SqlStore(db), SqlStore(db)
     assert reader.load_solution(key(1), ENV) is None  # bulk-loads the (empty) environment
     writer.save_solution(SolutionRecord(key(2), "lab_kernel", "lab_kernel@1", {}, "tier", ENV))
     assert reader.load_solution(key(2), ENV).candidate == "lab_kernel"
 
 
-def test_measurements_counters_and_recorded_keys_persist(tmp_path):
-    db = str(tmp_path / "r.db")
+def test_measurements_counters_and_recorded_keys_persist(backend):
+    db = backend.new()
     st = SqlStore(db)
     m = [MeasurementRecord("lab_kernel", {"tile": t}, "device", 1e-3, 9e-4, 1.2e-3, 0.3, 25, 0.01, t == 1)
          for t in range(2)]
@@ -68,46 +72,53 @@ def test_measurements_counters_and_recorded_keys_persist(tmp_path):
     assert again.recorded_keys() == [(key(3), {"m": 3, "n": 1, "k": 1})]
 
 
+# A v1 registry as v1 code created it, in SQL both SQLite and PostgreSQL accept ({serial}: the dialect's
+# auto-numbered key, {ts}: its timestamp type).
 V1_SCHEMA = """
-CREATE TABLE schema_version (version INTEGER PRIMARY KEY, upgraded DATETIME);
-CREATE TABLE environments (fingerprint VARCHAR(64) PRIMARY KEY, target VARCHAR(32), fields JSON, created DATETIME);
+CREATE TABLE schema_version (version INTEGER PRIMARY KEY, upgraded {ts});
+CREATE TABLE environments (fingerprint VARCHAR(64) PRIMARY KEY, target VARCHAR(32), fields JSON, created {ts});
 CREATE TABLE problem_keys (id VARCHAR(512) PRIMARY KEY, target VARCHAR(32), op VARCHAR(64), dtype VARCHAR(32),
     layout VARCHAR(8), attrs VARCHAR(256), bucket VARCHAR(128));
 CREATE TABLE candidates (identity VARCHAR(256) PRIMARY KEY, name VARCHAR(128), target VARCHAR(32), op VARCHAR(64),
     tier VARCHAR(16));
-CREATE TABLE verdicts (id INTEGER PRIMARY KEY, identity VARCHAR(256), params VARCHAR(1024), key VARCHAR(512),
+CREATE TABLE verdicts (id {serial}, identity VARCHAR(256), params VARCHAR(1024), key VARCHAR(512),
     env VARCHAR(64), passed BOOLEAN, reason TEXT, rel_error FLOAT, max_excess FLOAT, probes JSON,
     budget_rel_fro FLOAT, budget_atol FLOAT, budget_rtol FLOAT, looser_budget BOOLEAN, seconds FLOAT,
-    created DATETIME, CONSTRAINT uq_verdict UNIQUE (identity, params, key, env));
-CREATE TABLE measurements (id INTEGER PRIMARY KEY, key VARCHAR(512), env VARCHAR(64), candidate VARCHAR(128),
-    params VARCHAR(1024), mode VARCHAR(16), reps INTEGER, median_s FLOAT, spread FLOAT, created DATETIME,
+    created {ts}, CONSTRAINT uq_verdict UNIQUE (identity, params, key, env));
+CREATE TABLE measurements (id {serial}, key VARCHAR(512), env VARCHAR(64), candidate VARCHAR(128),
+    params VARCHAR(1024), mode VARCHAR(16), reps INTEGER, median_s FLOAT, spread FLOAT, created {ts},
     CONSTRAINT uq_measurement UNIQUE (key, env, candidate, params, mode));
-CREATE TABLE solutions (id INTEGER PRIMARY KEY, key VARCHAR(512), env VARCHAR(64), candidate VARCHAR(128),
-    identity VARCHAR(256), params JSON, policy VARCHAR(16), margin FLOAT, created DATETIME,
+CREATE TABLE solutions (id {serial}, key VARCHAR(512), env VARCHAR(64), candidate VARCHAR(128),
+    identity VARCHAR(256), params JSON, policy VARCHAR(16), margin FLOAT, created {ts},
     CONSTRAINT uq_solution UNIQUE (key, env));
-CREATE TABLE counters (id INTEGER PRIMARY KEY, key VARCHAR(512), candidate VARCHAR(128), params VARCHAR(1024),
+CREATE TABLE counters (id {serial}, key VARCHAR(512), candidate VARCHAR(128), params VARCHAR(1024),
     env VARCHAR(64), hits INTEGER, misses INTEGER, fallbacks INTEGER,
     CONSTRAINT uq_counter UNIQUE (key, candidate, params, env));
 INSERT INTO schema_version VALUES (1, '2026-01-01 00:00:00');
-INSERT INTO environments VALUES ('abababababababababab', 'lab', '{"numpy": "1.26"}', '2026-01-01 00:00:00');
+INSERT INTO environments VALUES ('abababababababababab', 'lab', '{{"numpy": "1.26"}}', '2026-01-01 00:00:00');
 INSERT INTO problem_keys VALUES ('lab:matmul:float32:RR:-:m1,n1,k1', 'lab', 'matmul', 'float32', 'RR', '-', 'm1,n1,k1');
 INSERT INTO candidates VALUES ('lab_kernel@1', 'lab_kernel', 'lab', 'matmul', 'EMITTED');
-INSERT INTO verdicts VALUES (1, 'lab_kernel@1', '{}', 'lab:matmul:float32:RR:-:m1,n1,k1', 'abababababababababab',
-    1, '', 1e-7, 0.25, '["1x1x1"]', 1e-5, 1e-4, 1e-4, 0, 0.01, '2026-01-01 00:00:00');
-INSERT INTO measurements VALUES (1, 'lab:matmul:float32:RR:-:m1,n1,k1', 'abababababababababab', 'lab_kernel', '{}',
+INSERT INTO verdicts (identity, params, key, env, passed, reason, rel_error, max_excess, probes, budget_rel_fro,
+    budget_atol, budget_rtol, looser_budget, seconds, created)
+    VALUES ('lab_kernel@1', '{{}}', 'lab:matmul:float32:RR:-:m1,n1,k1', 'abababababababababab',
+    TRUE, '', 1e-7, 0.25, '["1x1x1"]', 1e-5, 1e-4, 1e-4, FALSE, 0.01, '2026-01-01 00:00:00');
+INSERT INTO measurements (key, env, candidate, params, mode, reps, median_s, spread, created)
+    VALUES ('lab:matmul:float32:RR:-:m1,n1,k1', 'abababababababababab', 'lab_kernel', '{{}}',
     'device', 30, 0.001, 0.05, '2026-01-01 00:00:00');
-INSERT INTO solutions VALUES (1, 'lab:matmul:float32:RR:-:m1,n1,k1', 'abababababababababab', 'lab_kernel',
-    'lab_kernel@1', '{"tile": 8}', 'measured', 0.4, '2026-01-01 00:00:00');
-INSERT INTO counters VALUES (1, 'lab:matmul:float32:RR:-:m1,n1,k1', 'lab_kernel', '{}', 'abababababababababab',
-    7, 1, 0);
+INSERT INTO solutions (key, env, candidate, identity, params, policy, margin, created)
+    VALUES ('lab:matmul:float32:RR:-:m1,n1,k1', 'abababababababababab', 'lab_kernel',
+    'lab_kernel@1', '{{"tile": 8}}', 'measured', 0.4, '2026-01-01 00:00:00');
+INSERT INTO counters (key, candidate, params, env, hits, misses, fallbacks)
+    VALUES ('lab:matmul:float32:RR:-:m1,n1,k1', 'lab_kernel', '{{}}', 'abababababababababab', 7, 1, 0)
 """
+V1_TYPES = {"sqlite": dict(serial="INTEGER PRIMARY KEY", ts="DATETIME"),
+            "postgresql": dict(serial="SERIAL PRIMARY KEY", ts="TIMESTAMP WITH TIME ZONE")}
 
 
-def test_a_v1_registry_is_upgraded_without_losing_rows(tmp_path):
-    db = tmp_path / "v1.db"
-    with sqlite3.connect(db) as conn:
-        conn.executescript(V1_SCHEMA)
-    st = SqlStore(str(db))
+def test_a_v1_registry_is_upgraded_without_losing_rows(backend):
+    db = backend.new()
+    backend.script(db, V1_SCHEMA.format(**V1_TYPES[backend.name]))
+    st = SqlStore(db)
     assert st.version() == SCHEMA_VERSION
     record = st.load_solution(key(1), ENV)
     assert (record.candidate, record.params, record.policy, record.margin, record.note) == \
@@ -118,17 +129,38 @@ def test_a_v1_registry_is_upgraded_without_losing_rows(tmp_path):
     assert [(c.hits, c.misses) for c in st.counts()] == [(7, 1)]
     st.record_key(key(2), {"m": 2}, ENV)  # the table v2 added
     assert st.recorded_keys() == [(key(2), {"m": 2})]
+    st.save_solution(SolutionRecord(key(2), "lab_kernel", "lab_kernel@1", {}, "tier", ENV))  # old table, new row
     assert st.integrity_check() == []
-    assert SqlStore(str(db)).table_counts()["solutions"] == 1  # reopening does not migrate twice
+    assert SqlStore(db).table_counts()["solutions"] == 2  # reopening does not migrate twice
 
 
-def test_a_newer_registry_is_refused_with_its_name(tmp_path):
-    db = tmp_path / "future.db"
-    SqlStore(str(db))
-    with sqlite3.connect(db) as conn:
-        conn.execute("update schema_version set version = 99")
-    with pytest.raises(RegistryError, match=r"future\.db.*v99 is newer"):
-        SqlStore(str(db))
+def test_eight_first_opens_of_one_empty_registry_create_the_schema_once(backend):
+    db = backend.new()
+    barrier, errors = threading.Barrier(8), []
+
+    def open_it():
+        barrier.wait()  # all at once: each finds an empty database
+        try:
+            SqlStore(db).close()
+        except Exception as exc:  # collected: the assertion below names it
+            errors.append(exc)
+
+    threads = [threading.Thread(target=open_it) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert backend.query(db, "select version from schema_version") == [(SCHEMA_VERSION,)]
+
+
+def test_a_newer_registry_is_refused_with_its_name(backend):
+    db = backend.new()
+    SqlStore(db).close()
+    backend.script(db, "update schema_version set version = 99")
+    name = db.rsplit("/", 1)[-1]
+    with pytest.raises(RegistryError, match=rf"{name}.*v99 is newer"):
+        SqlStore(db)
 
 
 @pytest.mark.parametrize("content", [b"this is not a database" * 10, b"SQLite format 3\x00" + b"\x00" * 30, b"x"])
@@ -153,6 +185,16 @@ def test_default_store_is_the_sql_registry_at_arbiter_db(tmp_path, monkeypatch):
     assert default_store().path == str(tmp_path / "url.db")
 
 
+def test_default_store_on_a_server_url_never_shows_the_password(backend, monkeypatch):
+    db = backend.new()
+    monkeypatch.setenv("ARBITER_DB", db)
+    monkeypatch.delenv("ARBITER_SYSTEM_DB", raising=False)
+    st = default_store()
+    assert isinstance(st, SqlStore) and st.url == to_url(db)
+    if backend.name == "postgresql":
+        assert st.path is None and "***" in st.where and ":arbiter@" not in st.where + repr(st)
+
+
 def test_unwritable_user_path_degrades_to_memory_with_one_warning(tmp_path, monkeypatch):
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
@@ -165,14 +207,15 @@ def test_unwritable_user_path_degrades_to_memory_with_one_warning(tmp_path, monk
     assert len([w for w in caught if "in-memory registry" in str(w.message)]) == 1
 
 
-def test_layering_reads_user_first_then_system_and_writes_only_to_user(tmp_path, monkeypatch):
+def test_layering_reads_user_first_then_system_and_writes_only_to_user(backend, tmp_path, monkeypatch):
     system_db = str(tmp_path / "system.db")
     sys_store = SqlStore(system_db)
     sys_store.save_solution(SolutionRecord(key(1), "lab_kernel", "lab_kernel@1", {"tile": 8}, "measured", ENV))
     sys_store.save_solution(SolutionRecord(key(2), "lab_kernel", "lab_kernel@1", {"tile": 8}, "measured", ENV))
     sys_store.close()
     before = open(system_db, "rb").read()
-    monkeypatch.setenv("ARBITER_DB", str(tmp_path / "user.db"))
+    user_db = backend.new()
+    monkeypatch.setenv("ARBITER_DB", user_db)
     monkeypatch.setenv("ARBITER_SYSTEM_DB", system_db)
     st = default_store()
     assert isinstance(st, LayeredStore) and st.system.readonly
@@ -183,5 +226,5 @@ def test_layering_reads_user_first_then_system_and_writes_only_to_user(tmp_path,
     with pytest.raises(RegistryError, match="read-only"):
         st.system.save_solution(SolutionRecord(key(3), "lab_kernel", "x", {}, "tier", ENV))
     assert sqlite3.connect(system_db).execute("select count(*) from solutions").fetchone() == (2,)
-    assert sqlite3.connect(str(tmp_path / "user.db")).execute("select count(*) from solutions").fetchone() == (1,)
+    assert backend.query(user_db, "select count(*) from solutions") == [(1,)]
     assert open(system_db, "rb").read() == before

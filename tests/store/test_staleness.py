@@ -18,8 +18,9 @@ def _region():
     return Softmax(np.random.default_rng(0).standard_normal((8, 48)).astype(np.float32))
 
 
-def test_a_changed_library_version_makes_the_stored_solution_stale(monkeypatch):
-    st = default_store()  # the SQL registry at $ARBITER_DB (a tmp file, from conftest)
+def test_a_changed_library_version_makes_the_stored_solution_stale(backend, monkeypatch):
+    monkeypatch.setenv("ARBITER_DB", backend.new())
+    st = default_store()  # the SQL registry at $ARBITER_DB
     dispatch.configure(store=st)
     region = _region()
     arbiter.run_arbitrated("softmax", region)
