@@ -31,12 +31,7 @@ class Crash:
 
 def _describe(region) -> dict:
     return {"op": region.op, "target": region.target, "dtype": region.dtype, "dims": dict(region.dims),
-            "attrs": dict(region.attrs), "layout": region.layout, "extra": region_extra(region)}
-
-
-def region_extra(region) -> dict:
-    """Attributes outside the key that a rebuilt region must keep (e.g. RMSNorm's eps)."""
-    return {"eps": region.eps} if hasattr(region, "eps") else {}
+            "attrs": dict(region.attrs), "layout": region.layout, "extra": region.runtime_args()}
 
 
 def _rebuild(desc: dict):

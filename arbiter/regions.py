@@ -109,9 +109,14 @@ class Region:
         """A random instance (seeded, never zeros) described by target, dtype, dims, attrs and layout."""
         raise NotImplementedError
 
+    def runtime_args(self) -> dict:
+        """Keyword arguments of ``random`` that carry this region's runtime scalars (not in the key:
+        eps, scale, ...), so a rebuilt instance computes the same function."""
+        return {}
+
     def resized(self, dims: dict, rng: np.random.Generator) -> "Region":
-        """A fresh random region with the same attributes, dtype, target and layout, at ``dims``."""
-        raise NotImplementedError
+        """A fresh random region with the same attributes, dtype, target, layout and runtime scalars, at ``dims``."""
+        return self.random(self.target, self.dtype, dims, dict(self.attrs), self.layout, rng, **self.runtime_args())
 
     def fresh(self, rng: np.random.Generator) -> "Region":
         return self.resized(self.dims, rng)
@@ -257,9 +262,6 @@ class Matmul(Region):
                if _flag(attrs.get("residual")) else None)
         return cls(a, b, bias=bias, activation=attrs.get("activation", "none"), residual=res)
 
-    def resized(self, dims, rng):
-        return self.random(self.target, self.dtype, dims, dict(self.attrs), self.layout, rng)
-
 
 def _flag(value) -> bool:
     return value in (True, 1, "1", "true", "yes")
@@ -323,9 +325,6 @@ class Softmax(_RowRegion):
         rng = rng if rng is not None else np.random.default_rng(0)
         return cls(cls._random_x(target, dtype, dims, last, layout, rng), axis=-1 if last else 0)
 
-    def resized(self, dims, rng):
-        return self.random(self.target, self.dtype, dims, dict(self.attrs), self.layout, rng)
-
 
 class RMSNorm(_RowRegion):
     """``out = x / sqrt(mean(x**2, axis=-1) + eps) * weight`` over the last axis.
@@ -361,8 +360,8 @@ class RMSNorm(_RowRegion):
         x = cls._random_x(target, dtype, dims, True, layout, rng)
         return cls(x, random_operand(target, (dims["cols"],), dtype, "R", rng), eps=eps)
 
-    def resized(self, dims, rng):
-        return self.random(self.target, self.dtype, dims, None, self.layout, rng, eps=self.eps)
+    def runtime_args(self):
+        return {"eps": self.eps}
 
 
 # --- more op kinds -----------------------------------------------------------
@@ -417,8 +416,8 @@ class LayerNorm(_RowRegion):
             else None
         return cls(x, weight, bias, eps=eps)
 
-    def resized(self, dims, rng):
-        return self.random(self.target, self.dtype, dims, dict(self.attrs), self.layout, rng, eps=self.eps)
+    def runtime_args(self):
+        return {"eps": self.eps}
 
 
 class Attention(Region):
@@ -482,8 +481,8 @@ class Attention(Region):
         v = random_operand(target, (b, h, sk, d), dtype, layout[2], rng)
         return cls(q, k, v, causal=_flag((attrs or {}).get("causal")), scale=scale)
 
-    def resized(self, dims, rng):
-        return self.random(self.target, self.dtype, dims, dict(self.attrs), self.layout, rng, scale=self.scale)
+    def runtime_args(self):
+        return {"scale": self.scale}
 
 
 _REAL_OF = {"complex64": "float32", "complex128": "float64"}
@@ -602,9 +601,6 @@ class FFT(Region):
         x = random_operand(target, (batch, length), dtype, layout, rng)
         return cls(x, kind=kind, inverse=inverse, n=n if kind == "r2c" and inverse else None)
 
-    def resized(self, dims, rng):
-        return self.random(self.target, self.dtype, dims, dict(self.attrs), self.layout, rng)
-
 
 class Gated(Region):
     """SwiGLU-style gated projection: ``out = silu(x @ w_gate) * (x @ w_up)``.
@@ -657,9 +653,6 @@ class Gated(Region):
         return cls(random_operand(target, (m, k), dtype, layout[0], rng),
                    random_operand(target, (k, n), dtype, layout[1], rng, scale=w_scale),
                    random_operand(target, (k, n), dtype, layout[2], rng, scale=w_scale))
-
-    def resized(self, dims, rng):
-        return self.random(self.target, self.dtype, dims, None, self.layout, rng)
 
 
 POINTWISE_UNARY = ("neg", "abs", "relu", "exp", "tanh", "sigmoid", "silu", "gelu_tanh", "square")
@@ -769,5 +762,5 @@ class Pointwise(Region):
                 steps.append((name,))
         return cls(x, steps)
 
-    def resized(self, dims, rng):
-        return self.random(self.target, self.dtype, dims, dict(self.attrs), self.layout, rng, scalars=self.scalars())
+    def runtime_args(self):
+        return {"scalars": self.scalars()}
