@@ -44,19 +44,26 @@ def _shown() -> str:
 def _layers() -> list[tuple[str, object]]:
     """[("user", SqlStore), ("system", SqlStore)] of the default store; [] when it fell back to memory."""
     from arbiter.store import default_store
-    from arbiter.store.layered import LayeredStore
+    from arbiter.store.layered import LayeredStore, ReadOnlyUserStore
     from arbiter.store.sql import SqlStore
 
     st = default_store()
-    pairs = [("user", st.user), ("system", st.system)] if isinstance(st, LayeredStore) else [("user", st)]
+    layered = isinstance(st, LayeredStore) and not isinstance(st, ReadOnlyUserStore)
+    pairs = [("user", st.user), ("system", st.system)] if layered else [("user", st)]
+    # A user registry this process cannot write is served read-only under an in-memory layer: show that one.
+    pairs = [(name, s.system if isinstance(s, ReadOnlyUserStore) else s) for name, s in pairs]
     return [(name, s) for name, s in pairs if isinstance(s, SqlStore)]
 
 
-def _user_sql():
+def _user_sql(write: bool):
+    """The user registry's SqlStore; RegistryError naming it and the fix when missing (or read-only for a write)."""
     layers = dict(_layers())
     if "user" not in layers:
-        raise RegistryError(f"{_shown()}: cannot be written, so this command has nothing to work on. "
-                            f"Set --db/ARBITER_DB to a writable path.")
+        raise RegistryError(f"{_shown()}: cannot be read or written by you, so this command has nothing to work "
+                            f"on; nothing was changed. Set --db/ARBITER_DB to a path of your own.")
+    if write and layers["user"].readonly:
+        raise RegistryError(f"{_shown()}: readable but not writable by you, so nothing was changed. Make it "
+                            f"writable for you, or set --db/ARBITER_DB to a path of your own.")
     return layers["user"]
 
 
@@ -245,7 +252,7 @@ def prune(
         raise typer.Exit(2)
     out = console()
     with _registry_errors():
-        sql = _user_sql()
+        sql = _user_sql(write=not dry_run)
         found = _stale_envs(sql)
         for e in found:
             what = ", ".join(f"{k}: {v['stored']} -> {v['now']}" for k, v in e["changed"].items()) or "fields unknown"
@@ -322,7 +329,7 @@ def export_cmd(file: str = typer.Argument(..., help="JSON file to write.")):
     from arbiter.store.transfer import export_registry, write_export
 
     with _registry_errors():
-        data = export_registry(_user_sql())
+        data = export_registry(_user_sql(write=False))
     write_export(data, file)
     console().print(f"wrote {file}: {len(data.solutions)} solutions, {len(data.verdicts)} verdicts, "
                     f"{len(data.measurements)} measurements, {len(data.environments)} environments", highlight=False)
@@ -339,7 +346,7 @@ def import_cmd(
     out = console()
     with _registry_errors():
         data = read_export(file)
-        report = import_registry(_user_sql(), data, overwrite=overwrite)
+        report = import_registry(_user_sql(write=True), data, overwrite=overwrite)
     for line in report["conflicts"]:
         out.print(f"conflict: {line}", highlight=False, soft_wrap=True)
     out.print(f"imported {file}: added " + ", ".join(f"{n} {k}" for k, n in report["added"].items())

@@ -3,9 +3,10 @@
 Lookups read the user layer first, then the system one; every write goes to
 the user layer. ``open_default()`` is what ``arbiter.store.default_store()``
 returns: ``$ARBITER_DB`` (a path or any SQLAlchemy URL, default
-``./registry.db``) over ``$ARBITER_SYSTEM_DB`` when set. A user path that
-cannot be written degrades to an in-memory store with one warning; a file that
-is not a registry raises ``RegistryError`` naming it and the repair command.
+``./registry.db``) over ``$ARBITER_SYSTEM_DB`` when set. A user registry that
+cannot be written degrades with one warning (served read-only when readable,
+new results in memory); a file that is not a registry raises ``RegistryError``
+naming it and the fix.
 """
 from __future__ import annotations
 
@@ -66,21 +67,36 @@ class LayeredStore(Store):
         return self.user.recorded_keys()
 
 
+class ReadOnlyUserStore(LayeredStore):
+    """A user registry this process may read but not write, under an in-memory layer for its new results."""
+
+    def __repr__(self):
+        return f"<ReadOnlyUserStore memory over {self.system!r}>"
+
+
 def open_user(where: str) -> Store:
-    """The user registry at ``where``; an in-memory store (one warning per path) when it cannot be written."""
+    """The user registry at ``where``. When this process cannot write it (one warning per path, never a crash):
+    a registry it can read is still served, read-only, under an in-memory layer that takes this process's new
+    results; otherwise an in-memory store. The file is never changed, so nothing in it is lost."""
     try:
         return SqlStore(where)
     except UnwritableRegistry as exc:
+        fix = "Make it writable for you, or set ARBITER_DB or --db to a path of your own."
+        if exc.readable:
+            kept = SqlStore(where, readonly=True, fix=f"Nothing was changed. {fix}")
+            store, what = ReadOnlyUserStore(MemoryStore(), kept), "Its solutions are served read-only; new results"
+        else:
+            store, what = MemoryStore(), "Using an in-memory registry: new results"
         if where not in _warned:
             _warned.add(where)
-            warnings.warn(f"kernel-arbiter: {exc} Using an in-memory registry for this process: nothing "
-                          f"will persist. Set ARBITER_DB or --db to a writable path.", RuntimeWarning, stacklevel=3)
-        return MemoryStore()
+            warnings.warn(f"kernel-arbiter: {exc} {what} stay in memory for this process and will not persist. "
+                          f"{fix}", RuntimeWarning, stacklevel=3)
+        return store
 
 
 def open_default() -> Store:
     user = open_user(os.environ.get("ARBITER_DB") or DEFAULT_PATH)
     system = os.environ.get("ARBITER_SYSTEM_DB")
-    if system:
+    if system:  # a broken system registry is an error (naming ARBITER_SYSTEM_DB), not a silent loss of its rows
         return LayeredStore(user, SqlStore(system, readonly=True))
     return user

@@ -8,7 +8,9 @@ create two solutions for one (key, environment) or two verdicts for one
 retried as an update (see ``arbiter.store.sql``).
 
 Everything here is dialect-neutral SQL types (JSON is TEXT on SQLite, JSON on
-PostgreSQL). NaN is stored as NULL (SQLite cannot keep it); infinities are kept.
+PostgreSQL). Texts whose length the data decides (problem keys, parameter ids)
+are unbounded ``Text``: PostgreSQL enforces ``VARCHAR(n)``, SQLite does not, and
+a key must not be storable on one and not the other. NaN is stored as NULL (SQLite cannot keep it); infinities are kept.
 """
 from __future__ import annotations
 
@@ -50,13 +52,13 @@ class ProblemKeyRow(Base):
     """A problem key: its canonical text and the parts it is made of (for filters)."""
 
     __tablename__ = "problem_keys"
-    id: Mapped[str] = mapped_column(String(512), primary_key=True)
+    id: Mapped[str] = mapped_column(Text, primary_key=True)  # unbounded: a long pointwise chain is in its text
     target: Mapped[str] = mapped_column(String(32), default="")
     op: Mapped[str] = mapped_column(String(64), default="")
     dtype: Mapped[str] = mapped_column(String(32), default="")
     layout: Mapped[str] = mapped_column(String(8), default="")
-    attrs: Mapped[str] = mapped_column(String(256), default="")
-    bucket: Mapped[str] = mapped_column(String(128), default="")
+    attrs: Mapped[str] = mapped_column(Text, default="")
+    bucket: Mapped[str] = mapped_column(Text, default="")
 
 
 class CandidateRow(Base):
@@ -77,7 +79,7 @@ class VerdictRow(Base):
     __table_args__ = (UniqueConstraint("identity", "params", "key", "env", name="uq_verdict"),)
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     identity: Mapped[str] = mapped_column(ForeignKey("candidates.identity"))
-    params: Mapped[str] = mapped_column(String(1024))  # params_id text
+    params: Mapped[str] = mapped_column(Text)  # params_id text
     key: Mapped[str] = mapped_column(ForeignKey("problem_keys.id"))
     env: Mapped[str] = mapped_column(ForeignKey("environments.fingerprint"), index=True)
     passed: Mapped[bool] = mapped_column(Boolean)
@@ -102,7 +104,7 @@ class MeasurementRow(Base):
     key: Mapped[str] = mapped_column(ForeignKey("problem_keys.id"))
     env: Mapped[str] = mapped_column(ForeignKey("environments.fingerprint"), index=True)
     candidate: Mapped[str] = mapped_column(String(128))
-    params: Mapped[str] = mapped_column(String(1024), default="{}")
+    params: Mapped[str] = mapped_column(Text, default="{}")
     mode: Mapped[str] = mapped_column(String(16))  # device | latency
     reps: Mapped[int] = mapped_column(Integer)
     median_s: Mapped[float | None] = mapped_column(Float, nullable=True)
@@ -139,7 +141,7 @@ class CounterRow(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     key: Mapped[str] = mapped_column(ForeignKey("problem_keys.id"))
     candidate: Mapped[str] = mapped_column(String(128))
-    params: Mapped[str] = mapped_column(String(1024), default="{}")
+    params: Mapped[str] = mapped_column(Text, default="{}")
     env: Mapped[str] = mapped_column(ForeignKey("environments.fingerprint"), index=True)
     hits: Mapped[int] = mapped_column(Integer, default=0)
     misses: Mapped[int] = mapped_column(Integer, default=0)

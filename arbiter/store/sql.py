@@ -50,7 +50,12 @@ _UNWRITABLE = ("unable to open database file", "readonly database", "read-only f
 
 
 class UnwritableRegistry(RegistryError):
-    """The registry path cannot be written (``open_default`` degrades to memory on this one)."""
+    """The registry path cannot be written (``open_default`` degrades on this one). ``readable``: the file
+    exists and this process may read it (it is then served read-only)."""
+
+    def __init__(self, message: str, readable: bool = False):
+        super().__init__(message)
+        self.readable = readable
 
 
 def to_url(where: str) -> str:
@@ -72,29 +77,80 @@ def repair_hint(where: str) -> str:
     return f"Nothing was changed. Run `arbiter --db {where} doctor --repair` to move it aside and start afresh."
 
 
-def check_sqlite_file(path: str) -> None:
-    """Raise RegistryError naming ``path`` when it exists but is not a SQLite database."""
+SYSTEM_FIX = "Nothing was changed. Point ARBITER_SYSTEM_DB at a kernel-arbiter registry file, or unset it."
+
+
+def check_sqlite_file(path: str, fix: str | None = None) -> None:
+    """Raise RegistryError naming ``path`` when it exists but is not a readable SQLite database.
+
+    ``fix`` is the recovery sentence (default: ``repair_hint``, for a registry of one's own).
+    """
     try:
         with open(path, "rb") as f:
             head = f.read(100)
     except FileNotFoundError:
         return
+    except IsADirectoryError:
+        raise RegistryError(f"{path}: is a folder, not a registry file. {fix or 'Give the path of a file in it.'}")
     except OSError as exc:
-        raise RegistryError(f"{path}: cannot be read ({exc.strerror}).") from exc
+        raise RegistryError(f"{path}: cannot be read ({exc.strerror}; {_ownership(path)}). "
+                            f"{fix or 'Ask its owner for access, or use another --db/ARBITER_DB.'}") from exc
     if head and (len(head) < 100 or not head.startswith(SQLITE_MAGIC)):
         what = "truncated" if SQLITE_MAGIC.startswith(head[:16]) else "not a SQLite database"
-        raise RegistryError(f"{path}: {what} ({os.path.getsize(path)} bytes). {repair_hint(path)}")
+        raise RegistryError(f"{path}: {what} ({os.path.getsize(path)} bytes). {fix or repair_hint(path)}")
 
 
-def _writable(path: str) -> bool:
+def _ownership(path: str) -> str:
+    """``owned by alice (uid 1000), mode 0600; you are bob (uid 1001)``: what a permission message needs."""
+    import pwd
+
+    def name(uid):
+        try:
+            return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+        except KeyError:
+            return f"uid {uid}"
+
+    try:
+        st = os.stat(path)
+    except OSError:
+        return f"you are {name(os.geteuid())}"
+    return f"owned by {name(st.st_uid)}, mode {st.st_mode & 0o777:04o}; you are {name(os.geteuid())}"
+
+
+def unwritable_reason(path: str) -> str | None:
+    """Why this process cannot keep a registry at ``path`` (None when it can): names the folder or the file."""
     folder = os.path.dirname(path) or "."
     try:
         os.makedirs(folder, exist_ok=True)
-    except OSError:
-        return False
-    if not os.path.isdir(folder) or not os.access(folder, os.W_OK):  # SQLite needs it for -wal/-shm
-        return False
-    return not os.path.exists(path) or os.access(path, os.W_OK)
+    except OSError as exc:
+        return f"its folder {folder} cannot be created ({exc.strerror})"
+    if not os.path.isdir(folder):
+        return f"{folder} is not a folder"
+    if not os.access(folder, os.W_OK | os.X_OK):  # SQLite creates its -wal/-shm files beside the registry
+        return f"its folder {folder} is not writable ({_ownership(folder)})"
+    if os.path.exists(path) and not os.access(path, os.W_OK):
+        return f"the file is not writable ({_ownership(path)})"
+    return None
+
+
+def _readonly_sqlite_url(path: str) -> str:
+    """The URL that opens ``path`` for reading only, also where this process cannot write its folder.
+
+    A WAL-mode registry needs a ``-shm`` file beside it even to be read; in a folder we cannot write (a shipped
+    system registry, another user's folder) SQLite cannot create it and refuses to open. Then the file is opened
+    ``immutable``: read as it is on disk, which is the whole registry when no ``-wal`` holds commits not yet
+    copied into it (SQLite copies them when the last writer closes).
+    """
+    url = f"sqlite:///file:{path}?mode=ro&uri=true"
+    folder = os.path.dirname(path) or "."
+    if os.access(folder, os.W_OK | os.X_OK) or os.path.exists(path + "-shm"):
+        return url
+    wal = path + "-wal"
+    if os.path.exists(wal) and os.path.getsize(wal) > 0:
+        raise RegistryError(f"{path}: its {wal} holds commits not yet in the file, and its folder is not writable "
+                            f"by you ({_ownership(folder)}), so they cannot be read. Nothing was changed. Its owner "
+                            f"can fold them in with `arbiter --db {path} doctor`.")
+    return url + "&immutable=1"
 
 
 def _engine(url: str, readonly: bool):
@@ -107,7 +163,7 @@ def _engine(url: str, readonly: bool):
     if memory:
         kwargs["poolclass"] = StaticPool  # one connection, or each thread would see its own empty database
     if readonly and not memory:
-        url = f"sqlite:///file:{u.database}?mode=ro&uri=true"
+        url = _readonly_sqlite_url(u.database)
     engine = create_engine(url, **kwargs)
 
     @event.listens_for(engine, "connect")
@@ -178,20 +234,31 @@ def _schema_problems(conn) -> list[str]:
 
 
 class SqlStore(Store):
-    """The registry in a SQL database. ``readonly`` opens it for reading only (a system registry)."""
+    """The registry in a SQL database. ``readonly`` opens it for reading only (a system registry, or a user
+    registry this process may not write). ``fix`` is the recovery sentence when the file is not a registry
+    (default: ``doctor --repair`` for a writable one; pointing ``ARBITER_SYSTEM_DB`` elsewhere for a read-only one).
+    """
 
-    def __init__(self, where: str, *, readonly: bool = False):
+    def __init__(self, where: str, *, readonly: bool = False, fix: str | None = None):
         self.url = to_url(where)
         self.path = sqlite_path(self.url)
         self.where = self.path or make_url(self.url).render_as_string(hide_password=True)
         self.readonly = readonly
+        self.fix = fix or (SYSTEM_FIX if readonly else repair_hint(self.where))
         if self.path is not None:
-            if readonly and not os.path.exists(self.path):
-                raise RegistryError(f"{self.path}: the system registry does not exist; "
-                                    f"unset ARBITER_SYSTEM_DB or point it at a registry file.")
-            if not readonly and not _writable(self.path):
-                raise UnwritableRegistry(f"{self.path}: cannot be written (folder or file not writable).")
-            check_sqlite_file(self.path)
+            if readonly:
+                try:
+                    os.stat(self.path)
+                except FileNotFoundError:
+                    raise RegistryError(f"{self.path}: does not exist. {self.fix}") from None
+                except PermissionError:
+                    raise RegistryError(f"{self.path}: cannot be reached: a folder above it is not open to you "
+                                        f"({_ownership(os.path.dirname(self.path))}). {self.fix}") from None
+            why = None if readonly else unwritable_reason(self.path)
+            if why is not None:
+                raise UnwritableRegistry(f"{self.path}: cannot be written: {why}.",
+                                         readable=os.access(self.path, os.R_OK))
+            check_sqlite_file(self.path, self.fix)
         self._engine = _engine(self.url, readonly)
         self._lock = threading.RLock()  # one DB operation at a time per store (in-memory SQLite needs it)
         self._solutions: dict[tuple[str, str], SolutionRecord] = {}
@@ -214,7 +281,7 @@ class SqlStore(Store):
         if any(s in detail.lower() for s in _UNWRITABLE):
             return UnwritableRegistry(f"{self.where}: cannot be written ({detail}).")
         if self.path is not None and any(s in detail for s in ("not a database", "malformed", "corrupt")):
-            return RegistryError(f"{self.where}: {detail}. {repair_hint(self.where)}")
+            return RegistryError(f"{self.where}: {detail}. {self.fix}")
         if self.path is None and isinstance(exc, OperationalError) and "connect" in detail.lower():
             return RegistryError(f"{self.where}: cannot connect ({detail.strip()}). Check the URL, that the server "
                                  f"is running, and that the database exists (CREATE DATABASE); nothing was written.")
@@ -253,6 +320,11 @@ class SqlStore(Store):
         found = self._run(migrate.read_version, write=False)
         if found == SCHEMA_VERSION:
             return
+        if self.readonly and found is None:
+            raise RegistryError(f"{self.where}: a database, but not a kernel-arbiter registry (no schema_version "
+                                f"table). {self.fix}")
+        if self.readonly and found == 0:
+            raise RegistryError(f"{self.where}: empty, no registry in it. {self.fix}")
         if self.readonly:
             raise RegistryError(f"{self.where}: schema v{found}, this kernel-arbiter reads v{SCHEMA_VERSION}. "
                                 f"Upgrade a writable copy with `arbiter --db COPY doctor`.")

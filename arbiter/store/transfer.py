@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from datetime import datetime
 from typing import Literal
 
@@ -28,6 +29,9 @@ from arbiter.store.models import (SCHEMA_VERSION, CandidateRow, Environment, Mea
 
 FORMAT = "kernel-arbiter-registry"
 Text = Field(max_length=4096)
+# An export of 100,000 solutions with their verdicts and measurements is about 100 MiB; a file far larger is not
+# an export, and is refused before it is read into memory.
+MAX_FILE_BYTES = 512 * 2**20
 
 
 class ImportFileError(RegistryError):
@@ -39,7 +43,7 @@ class _Model(BaseModel):
 
 
 class _Keyed(_Model):
-    key: str = Field(max_length=512)
+    key: str = Field(max_length=4096)
 
     @field_validator("key")
     @classmethod
@@ -51,7 +55,15 @@ class _Keyed(_Model):
 class EnvironmentModel(_Model):
     fingerprint: str = Field(pattern=r"^[0-9a-f]{8,64}$")
     target: str = Field(max_length=32)
-    fields: dict[str, str]
+    fields: dict[str, str] = Field(max_length=256)
+
+    @field_validator("fields")
+    @classmethod
+    def _short(cls, v: dict) -> dict:
+        for name, value in v.items():
+            if len(name) > 128 or len(value) > 1024:
+                raise ValueError(f"field {name[:40]!r}: names are at most 128 characters, values at most 1024")
+        return v
 
 
 class CandidateModel(_Model):
@@ -64,7 +76,7 @@ class CandidateModel(_Model):
 
 class VerdictModel(_Keyed):
     identity: str = Field(max_length=256)
-    params: str = Field(max_length=1024)
+    params: str = Field(max_length=4096)
     env: str
     passed: bool
     reason: str = Text
@@ -81,9 +93,9 @@ class VerdictModel(_Keyed):
 class MeasurementModel(_Keyed):
     env: str
     candidate: str = Field(max_length=128)
-    params: str = Field(max_length=1024)
+    params: str = Field(max_length=4096)
     mode: Literal["device", "latency"]
-    reps: int = Field(ge=0)
+    reps: int = Field(ge=0, le=2**31 - 1)  # an INTEGER column on every dialect
     median_s: float | None
     p20_s: float | None
     p80_s: float | None
@@ -101,6 +113,22 @@ class SolutionModel(_Keyed):
     margin: float | None
     note: str = Text
     created: datetime
+
+    @field_validator("params")
+    @classmethod
+    def _solution_index(cls, v: dict) -> dict:
+        """A solution index is a few named scalars or short lists of them (tile shapes): never nested, never huge."""
+        def scalar(x):
+            return (x is None or isinstance(x, (bool, int)) and abs(x) < 2**63
+                    or isinstance(x, float) and math.isfinite(x) or isinstance(x, str) and len(x) <= 256)
+
+        if len(v) > 64:
+            raise ValueError(f"{len(v)} parameters; a solution index has at most 64")
+        for name, x in v.items():
+            if len(name) > 128 or not (scalar(x) or isinstance(x, list) and len(x) <= 64 and all(map(scalar, x))):
+                raise ValueError(f"parameter {name[:40]!r}: must be a bool, integer, finite number, string of at "
+                                 f"most 256 characters, or a list of at most 64 of those")
+        return v
 
 
 class RegistryExport(_Model):
@@ -160,12 +188,21 @@ def write_export(data: RegistryExport, path: str) -> None:
 
 
 def read_export(path: str) -> RegistryExport:
-    """Parse and validate an export file; ImportFileError names the file and every field at fault."""
+    """Parse and validate an export file; ImportFileError names the file and every field at fault.
+
+    A file over ``MAX_FILE_BYTES`` is refused unread; JSON nested beyond the parser's limit, numbers out of range,
+    unknown fields and over-long texts or lists are faults like any other. Nothing is imported from a faulty file.
+    """
     try:
+        size = os.stat(path).st_size
+        if size > MAX_FILE_BYTES:
+            raise ImportFileError(f"{path}: {size / 2**20:,.0f} MiB, more than any registry export "
+                                  f"({MAX_FILE_BYTES // 2**20} MiB at most); it was not read and nothing was "
+                                  f"imported. Check that it is a file written by `arbiter export`.")
         with open(path, encoding="utf-8") as f:
             text = f.read()
     except (OSError, UnicodeDecodeError) as exc:
-        raise ImportFileError(f"{path}: cannot be read ({exc}).") from exc
+        raise ImportFileError(f"{path}: cannot be read ({exc}); nothing was imported.") from exc
     try:
         return RegistryExport.model_validate_json(text)
     except ValidationError as exc:
@@ -175,7 +212,8 @@ def read_export(path: str) -> RegistryExport:
             problems.append(f"  {where}: {err['msg']}")
         more = f"\n  ... and {exc.error_count() - 20} more" if exc.error_count() > 20 else ""
         raise ImportFileError(f"{path}: not a valid kernel-arbiter export; nothing was imported:\n"
-                              + "\n".join(problems) + more) from None
+                              + "\n".join(problems) + more
+                              + "\nFix those fields, or write the file again with `arbiter export`.") from None
 
 
 def import_registry(store, data: RegistryExport, *, overwrite: bool = False) -> dict:
