@@ -46,6 +46,13 @@ SUITES: dict[str, list[Problem]] = {
         rows("softmax", 64, 1000), rows("softmax", 512, 4096), rows("softmax", 33, 129, "float64"),
         rows("softmax", 128, 2048, "float16"),
         rows("rmsnorm", 64, 1000), rows("rmsnorm", 512, 4096), rows("rmsnorm", 33, 129, "float64"),
+        rows("layernorm", 64, 1000), rows("layernorm", 257, 2048),
+        Problem("attention", {"batch": 1, "heads": 4, "q": 128, "k": 128, "d": 64}, "float32", {"causal": "1"}),
+        Problem("attention", {"batch": 2, "heads": 2, "q": 1, "k": 300, "d": 64}, "float32"),
+        Problem("fft", {"batch": 16, "n": 1024}, "complex64", {"kind": "c2c"}),
+        Problem("fft", {"batch": 8, "n": 1000}, "float64", {"kind": "r2c"}),
+        Problem("gated", {"m": 64, "n": 256, "k": 128}),
+        Problem("pointwise", {"size": 100_000}, "float32", {"chain": "mul[t]>add[s]>relu>tanh"}),
     ],
 }
 

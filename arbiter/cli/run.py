@@ -4,6 +4,7 @@ from __future__ import annotations
 import time
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 import arbiter
@@ -40,7 +41,7 @@ def run(
         env = envmod.environment(region.target)
         verdict = st.load_verdict(VerdictKey(route.candidate.identity(), params_id(route.params), region.key.id,
                                              env.fingerprint))
-        table.add_row(problem.label, region.key.shape_text, route.label, route.candidate.tier.name, route.policy,
+        table.add_row(escape(problem.label), region.key.shape_text, route.label, route.candidate.tier.name, route.policy,
                       f"{verdict.rel_error:.1e}" if verdict else "", str(route.hits), str(route.misses),
                       str(route.fallbacks))
     console.print(table)

@@ -7,6 +7,7 @@ from typing import List, Optional
 import numpy as np
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.markup import escape
 from rich.table import Table
 
 from arbiter import dispatch, select
@@ -33,10 +34,15 @@ def parse_shape(op: str, text: str) -> dict:
     return dict(zip(names, values))
 
 
-def problems_from_options(op, shapes, dtypes, activation, bias, residual) -> list[Problem]:
+def problems_from_options(op, shapes, dtypes, activation, bias, residual, attr=()) -> list[Problem]:
     attrs = {}
     if op == "matmul":
         attrs = {"activation": activation, "bias": "1" if bias else "0", "residual": "1" if residual else "0"}
+    for item in attr:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise typer.BadParameter(f"{item!r} is not like name=value", param_hint="--attr")
+        attrs[name.strip()] = value.strip()
     return [Problem(op, parse_shape(op, s), d, attrs) for s in shapes for d in dtypes]
 
 
@@ -45,13 +51,13 @@ def _fmt_us(seconds: float | None) -> str:
 
 
 def autotune_table(problem_label: str, decision) -> Table:
-    table = Table(title=f"AUTOTUNE {problem_label}", title_justify="left")
+    table = Table(title=escape(f"AUTOTUNE {problem_label}"), title_justify="left")
     for col in ("solution", "tier", "verdict", "median µs", "spread", "reps", ""):
         table.add_column(col)
     for row in decision.rows:
         m = row.timing
         verdict = row.reason if row.status != "passed" else f"pass {row.verdict.rel_error:.1e}"
-        table.add_row(row.label, row.candidate.tier.name, verdict[:60],
+        table.add_row(escape(row.label), row.candidate.tier.name, escape(verdict[:60]),
                       _fmt_us(m.median_s) if m else "", f"{m.spread * 100:.1f}%" if m else "",
                       f"{m.reps}{' screened' if m.screened else ''}" if m else "",
                       "WINNER" if row is decision.winner else "")
@@ -92,6 +98,8 @@ def tune(
     activation: str = typer.Option("none", help="matmul epilogue activation."),
     bias: bool = typer.Option(False, help="matmul epilogue: add a bias."),
     residual: bool = typer.Option(False, help="matmul epilogue: add a residual."),
+    attr: List[str] = typer.Option([], "--attr", help="Op attribute name=value (causal=1, kind=r2c, "
+                                                       "chain=mul[t]>relu, ...)."),
     suite: Optional[str] = typer.Option(None, help="Tune a built-in suite instead of --op/--shape."),
     from_recorded: bool = typer.Option(False, "--from-recorded", help="Tune the keys recorded by policy 'record'."),
     retune_stale: bool = typer.Option(False, "--retune-stale", help="Also tune keys whose solution is stale here."),
@@ -119,7 +127,7 @@ def tune(
     if op:
         if not shape:
             raise typer.BadParameter("give at least one --shape with --op", param_hint="--shape")
-        problems += problems_from_options(op, shape, dtype, activation, bias, residual)
+        problems += problems_from_options(op, shape, dtype, activation, bias, residual, attr)
     if from_recorded:
         problems += _recorded_problems(target)
     if retune_stale:
@@ -138,12 +146,12 @@ def tune(
         seen.add(region.key.id)
         if st.load_measurements(region.key.id, env.fingerprint) and not force:
             done = st.load_solution(region.key.id, env.fingerprint)
-            console.print(f"skip {problem.label}: tuned already ({done.candidate if done else '?'}); --force re-tunes")
+            console.print(f"skip {escape(problem.label)}: tuned already ({done.candidate if done else '?'}); --force re-tunes")
             continue
         todo.append((problem, region))
     if dry_run:
         for problem, region in todo:
-            console.print(f"would tune {problem.label}  [{region.key.id}]")
+            console.print(escape(f"would tune {problem.label}  [{region.key.id}]"))
         return
     if workers > 1 or devices:
         _tune_parallel(console, [p for p, _ in todo], target, workers, devices, mode, isolate, budget_seconds)
@@ -199,7 +207,7 @@ def _tune_parallel(console, problems, target, workers, devices, mode, isolate, b
     for col in ("problem", "winner", "policy", "margin", "device", "environment"):
         table.add_column(col)
     for label, info in outcome.tuned.items():
-        table.add_row(label, info["winner"], info["policy"],
+        table.add_row(escape(label), escape(info["winner"]), info["policy"],
                       "" if info["margin"] is None else f"{info['margin'] * 100:+.1f}%",
                       "" if info["device"] is None else str(info["device"]), info["env"])
     console.print(table)
@@ -216,13 +224,15 @@ def explain(
     activation: str = typer.Option("none", help="matmul epilogue activation."),
     bias: bool = typer.Option(False, help="matmul epilogue: add a bias."),
     residual: bool = typer.Option(False, help="matmul epilogue: add a residual."),
+    attr: List[str] = typer.Option([], "--attr", help="Op attribute name=value (causal=1, kind=r2c, "
+                                                       "chain=mul[t]>relu, ...)."),
     target: str = typer.Option("cpu", help="Target: cpu, nvidia or rocm."),
     source: Optional[str] = typer.Option(None, help="Also print the code of this candidate (e.g. a synthesized kernel)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
 ):
     """For one key: every solution with its exclusion reason, verdict and error, stored timings, and why the winner won."""
     console = make_console()
-    [problem] = problems_from_options(op, [shape], [dtype], activation, bias, residual)
+    [problem] = problems_from_options(op, [shape], [dtype], activation, bias, residual, attr)
     region = problem.region(target)
     st = dispatch.store()
     try:
@@ -242,7 +252,7 @@ def explain(
     if as_json:
         print(json.dumps({"key": region.key.id, "why": why, "rows": rows}, indent=2, default=str))
         return
-    table = Table(title=f"EXPLAIN {problem.label}  [{region.key.id}]", title_justify="left")
+    table = Table(title=escape(f"EXPLAIN {problem.label}  [{region.key.id}]"), title_justify="left")
     for col in ("solution", "tier", "status", "reason / rel error", "device µs", "latency µs", "spread", ""):
         table.add_column(col)
     for r in rows:
