@@ -1,0 +1,34 @@
+"""Vendor FFT on NVIDIA: cuFFT through ``cupy.fft``, any length, in the input's own precision.
+
+c2c uses ``fft``/``ifft``, r2c ``rfft``, c2r ``irfft`` with the region's ``n`` (CuPy copies the input
+first: cuFFT's c2r overwrites it). The result is copied into the given out.
+"""
+from __future__ import annotations
+
+from arbiter.candidates import Tier, register
+from arbiter.candidates.nvidia._cuda import NvidiaCandidate, cupy
+
+
+class CupyFFT(NvidiaCandidate):
+    name = "cupy_fft"
+    op = "fft"
+    tier = Tier.HAND_TUNED
+    priority = 10
+
+    def run(self, region, params):
+        cp = cupy()
+        out = region.alloc_out()
+        if out.size == 0:
+            return out
+        x = region.x
+        if region.kind == "c2c":
+            y = cp.fft.ifft(x, axis=-1) if region.inverse else cp.fft.fft(x, axis=-1)
+        elif region.inverse:
+            y = cp.fft.irfft(x, n=region.n, axis=-1)
+        else:
+            y = cp.fft.rfft(x, axis=-1)
+        out[...] = y
+        return out
+
+
+register(CupyFFT())
