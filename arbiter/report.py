@@ -15,10 +15,10 @@ Plots are PNGs from matplotlib's Agg canvas, embedded as base64: the page needs
 no network and no other file. matplotlib is the optional ``report`` extra;
 without it the page has every table and says how to get the plots.
 
-Throughput. Measurements do not store the exact shape timed, only its key, so
-work (2mnk FLOP for matmul; bytes read + written for row ops) is counted at the
-bucket's upper bound: exact when the tuned shape was the bound (powers of two),
-otherwise an upper estimate. The page says so beside each plot.
+Throughput. Work (2mnk FLOP for matmul; bytes read + written for row ops) is
+counted at the exact shape each measurement timed (stored since schema v3);
+measurements from older registries fall back to the bucket's upper bound, an
+upper estimate unless the tuned shape was the bound. The page says which.
 """
 from __future__ import annotations
 
@@ -38,6 +38,11 @@ from arbiter.store.sql import current_environment
 
 ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
 ROW_OPS = ("softmax", "rmsnorm", "layernorm")
+
+
+def _work_of(section, k, m):
+    """Work of one measurement: at the dims it timed, or at its key's bucket bound (older registries)."""
+    return work(section.op, m.dims or dict(k.key.bucket), section.dtype)
 
 
 def work(op: str, dims: dict[str, int], dtype: str) -> tuple[float, str] | None:
@@ -247,8 +252,8 @@ def plot(section: Section) -> str | None:
     if has_work:
         peak = 0.0
         for k in keys:
-            w = work(section.op, dict(k.key.bucket), section.dtype)
             for m in k.measurements:
+                w = _work_of(section, k, m)
                 if w and m.median_s and m.median_s > 0:
                     peak = max(peak, w[0] / m.median_s)
         base = "FLOP/s" if section.op == "matmul" else "B/s"
@@ -272,8 +277,7 @@ def plot(section: Section) -> str | None:
                 ax.errorbar([x for x, _, _ in pts], ys, yerr=[lo, hi], color=colors[sol], marker=markers[sol],
                             ms=4, lw=1.2, capsize=2, label=sol)
             else:
-                ys = [work(section.op, dict(k.key.bucket), section.dtype)[0] / m.median_s / unit_scale
-                      for _, k, m in pts]
+                ys = [_work_of(section, k, m)[0] / m.median_s / unit_scale for _, k, m in pts]
                 ax.plot([x for x, _, _ in pts], ys, color=colors[sol], marker=markers[sol], ms=4, lw=1.2, label=sol)
             screened = [(x, y) for (x, _, m), y in zip(pts, ys) if m.screened]
             if screened:  # stopped early, far slower than the best: an estimate
@@ -290,7 +294,7 @@ def plot(section: Section) -> str | None:
             ax.set_ylabel(f"median {mode} time, µs (p20..p80)")
             ax.set_title(f"{mode} time", fontsize=10)
         else:
-            ax.set_ylabel(f"{unit} at the bucket bound")
+            ax.set_ylabel(f"{unit} at the shape timed")
             ax.set_title(f"throughput ({mode})", fontsize=10)
     handles, labels = fig.axes[0].get_legend_handles_labels()
     legend_h = (0.3 + 0.18 * legend_rows) / fig.get_figheight()
@@ -339,8 +343,11 @@ def _section_html(s: Section, env_state: str, plots: bool) -> str:
         parts.append(f'<img alt="{_e(s.title)}: time and throughput versus shape" src="data:image/png;base64,{img}">')
         if work(s.op, dict(s.keys[0].key.bucket), s.dtype) is not None:
             what = "2·m·n·k FLOP" if s.op == "matmul" else "bytes read + written (x and out)"
-            parts.append(f"<p class=muted>Throughput counts {what} at the bucket's upper bound: exact when the "
-                         f"tuned shape was the bound, otherwise an upper estimate.</p>")
+            exact = all(m.dims for k in s.keys for m in k.measurements)
+            parts.append(f"<p class=muted>Throughput counts {what} at the exact shape each measurement timed.</p>"
+                         if exact else
+                         f"<p class=muted>Throughput counts {what} at the shape timed where the registry recorded it, "
+                         f"else at the bucket's upper bound (an upper estimate; registries before schema v3).</p>")
     elif not any(k.measurements for k in s.keys):
         parts.append("<p class=muted>Nothing measured for these keys (decided by tier; "
                      "<code>arbiter tune</code> measures them).</p>")

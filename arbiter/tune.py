@@ -25,9 +25,9 @@ from arbiter.verify import Verdict
 SEPARATION = 2.0  # a margin must exceed twice the relative spread to count
 
 
-def _record(row, m) -> MeasurementRecord:
+def _record(row, m, dims) -> MeasurementRecord:
     return MeasurementRecord(row.candidate.name, row.params, m.mode, m.median_s, m.p20_s, m.p80_s, m.spread,
-                             m.reps, m.warmup_s, m.screened)
+                             m.reps, m.warmup_s, m.screened, dict(dims))
 
 
 def separated(fast, slow) -> tuple[bool, float]:
@@ -87,15 +87,15 @@ def _time_rows(order, region, store, env, runner, mode, cap, modes, progress) ->
             _crashed_while_timing(row, region, store, env, getattr(m, "reason", str(m)))
             continue
         row.timing = m
-        records.append(_record(row, m))
+        records.append(_record(row, m, region.dims))
         if region.target == "cpu":  # one run serves both modes on the CPU (see arbiter.timing)
-            records.append(_record(row, Measurement(**{**m.__dict__, "mode": "latency"})))
+            records.append(_record(row, Measurement(**{**m.__dict__, "mode": "latency"}), region.dims))
         else:
             for other in modes:
                 if other != mode and not m.screened:
                     extra = runner.measure(row.candidate, row.params, region, mode=other, time_cap_s=cap)
                     if isinstance(extra, Measurement):
-                        records.append(_record(row, extra))
+                        records.append(_record(row, extra, region.dims))
         if not m.screened and (best is None or m.median_s < best):
             best = m.median_s
         if progress is not None:

@@ -49,6 +49,7 @@ class MeasurementRecord:
     reps: int
     warmup_s: float
     screened: bool = False  # stopped early, far slower than the best so far
+    dims: dict | None = None  # the exact dimensions timed (the key holds only their bucket)
 
 
 @dataclass

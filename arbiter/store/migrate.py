@@ -15,7 +15,7 @@ from sqlalchemy import inspect, select, update
 from sqlalchemy.engine import Connection
 
 from arbiter.errors import RegistryError
-from arbiter.store.models import (SCHEMA_VERSION, Base, MeasurementRow, RecordedKey, SchemaVersion,
+from arbiter.store.models import (SCHEMA_VERSION, Base, CandidateRow, MeasurementRow, RecordedKey, SchemaVersion,
                                   SolutionRow, utcnow)
 
 
@@ -36,7 +36,13 @@ def _v1_to_v2(conn: Connection) -> None:
     RecordedKey.__table__.create(conn)
 
 
-STEPS = {1: _v1_to_v2}
+def _v2_to_v3(conn: Connection) -> None:
+    """v3: delegate contracts stored with their candidate; the exact dimensions each measurement timed."""
+    _add_column(conn, CandidateRow, "contract", None)
+    _add_column(conn, MeasurementRow, "dims", None)
+
+
+STEPS = {1: _v1_to_v2, 2: _v2_to_v3}
 _PG_LOCK = 0x6B61_7262  # the advisory lock id of schema upgrades ("karb"); any constant shared by all writers
 assert sorted(STEPS) == list(range(1, SCHEMA_VERSION)), "the ladder must have one step per version"
 

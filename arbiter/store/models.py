@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 
 def utcnow() -> datetime:
@@ -70,6 +70,8 @@ class CandidateRow(Base):
     target: Mapped[str] = mapped_column(String(32), default="")
     op: Mapped[str] = mapped_column(String(64), default="")
     tier: Mapped[str] = mapped_column(String(16), default="")
+    # A delegate's Contract as JSON (provenance, accuracy, tolerances, determinism, coverage); NULL when none.
+    contract: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 
 class VerdictRow(Base):
@@ -113,6 +115,8 @@ class MeasurementRow(Base):
     spread: Mapped[float | None] = mapped_column(Float, nullable=True)
     warmup_s: Mapped[float | None] = mapped_column(Float, nullable=True)
     screened: Mapped[bool] = mapped_column(Boolean, default=False)
+    # The exact dimensions timed (JSON), inside the key's bucket: throughput needs them, the bucket can't give them.
+    dims: Mapped[str | None] = mapped_column(Text, nullable=True)
     created: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 

@@ -19,6 +19,9 @@ Contract, beyond ``arbiter.store.Store``:
 """
 from __future__ import annotations
 
+import dataclasses
+import json
+
 import math
 import os
 import random
@@ -183,6 +186,11 @@ def _engine(url: str, readonly: bool):
         conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.get_execution_options().get("arbiter_write") else "BEGIN")
 
     return engine
+
+
+def _contract_json(candidate) -> str | None:
+    contract = getattr(candidate, "contract", None)
+    return None if contract is None else json.dumps(dataclasses.asdict(contract), sort_keys=True)
 
 
 def _num(x):
@@ -358,12 +366,14 @@ class SqlStore(Store):
         values = dict(zip(names, parts)) if len(parts) == len(names) else {}
         conn.execute(insert(ProblemKeyRow).values(id=key, **values))
 
-    def _put_candidate(self, conn, identity: str, name: str, target: str, op: str, tier: str) -> None:
+    def _put_candidate(self, conn, identity: str, name: str, target: str, op: str, tier: str,
+                       contract: str | None = None) -> None:
         if ("candidate", identity) in self._parents:
             return
         self._pending.add(("candidate", identity))
         if conn.execute(select(CandidateRow.identity).where(CandidateRow.identity == identity)).first() is None:
-            conn.execute(insert(CandidateRow).values(identity=identity, name=name, target=target, op=op, tier=tier))
+            conn.execute(insert(CandidateRow).values(identity=identity, name=name, target=target, op=op, tier=tier,
+                                                     contract=contract))
 
     @staticmethod
     def _env_of(fingerprint: str, target: str, environment=None) -> tuple[str, dict]:
@@ -432,7 +442,7 @@ class SqlStore(Store):
             self._put_env(conn, vkey.env, target, fields)
             self._put_key(conn, vkey.key)
             self._put_candidate(conn, vkey.identity, candidate.name, candidate.target, candidate.op,
-                                candidate.tier.name)
+                                candidate.tier.name, _contract_json(candidate))
             if conn.execute(update(VerdictRow).where(*match).values(**values)).rowcount == 0:
                 conn.execute(insert(VerdictRow).values(identity=vkey.identity, params=vkey.params, key=vkey.key,
                                                        env=vkey.env, **values))
@@ -502,7 +512,8 @@ class SqlStore(Store):
 
         rows = [dict(key=key, env=env, candidate=m.candidate, params=params_id(m.params), mode=m.mode,
                      reps=int(m.reps), median_s=_num(m.median_s), p20_s=_num(m.p20_s), p80_s=_num(m.p80_s),
-                     spread=_num(m.spread), warmup_s=_num(m.warmup_s), screened=bool(m.screened))
+                     spread=_num(m.spread), warmup_s=_num(m.warmup_s), screened=bool(m.screened),
+                     dims=None if m.dims is None else json.dumps(m.dims))
                 for m in measurements]
 
         def write(conn):
@@ -519,12 +530,13 @@ class SqlStore(Store):
 
         cols = (MeasurementRow.candidate, MeasurementRow.params, MeasurementRow.mode, MeasurementRow.median_s,
                 MeasurementRow.p20_s, MeasurementRow.p80_s, MeasurementRow.spread, MeasurementRow.reps,
-                MeasurementRow.warmup_s, MeasurementRow.screened)
+                MeasurementRow.warmup_s, MeasurementRow.screened, MeasurementRow.dims)
         rows = self._run(lambda conn: conn.execute(
             select(*cols).where(MeasurementRow.key == key, MeasurementRow.env == env)
             .order_by(MeasurementRow.id)).all(), write=False)
         return [MeasurementRecord(r.candidate, json.loads(r.params), r.mode, _nan(r.median_s), _nan(r.p20_s),
-                                  _nan(r.p80_s), _nan(r.spread), r.reps, _nan(r.warmup_s), bool(r.screened))
+                                  _nan(r.p80_s), _nan(r.spread), r.reps, _nan(r.warmup_s), bool(r.screened),
+                                  None if r.dims is None else json.loads(r.dims))
                 for r in rows]
 
     # --- counters and recorded keys -----------------------------------------
@@ -592,6 +604,12 @@ class SqlStore(Store):
                      "rows": counts.get(fp, {})} for fp, target, fields in envs]
 
         return self._run(read, write=False)
+
+    def contracts(self) -> dict[str, dict]:
+        """Code identity -> the delegate contract stored with it (only candidates that declared one)."""
+        rows = self._run(lambda conn: conn.execute(select(CandidateRow.identity, CandidateRow.contract)
+                                                   .where(CandidateRow.contract.is_not(None))).all(), write=False)
+        return {identity: json.loads(text) for identity, text in rows}
 
     def candidate_tiers(self) -> dict[str, str]:
         """Code identity -> tier name, as recorded when the candidate was first stored."""

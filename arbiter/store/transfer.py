@@ -72,6 +72,7 @@ class CandidateModel(_Model):
     target: str = Field(max_length=32)
     op: str = Field(max_length=64)
     tier: Literal["SYNTHESIZED", "EMITTED", "HAND_TUNED", ""]
+    contract: str | None = Field(default=None, max_length=4096)
 
 
 class VerdictModel(_Keyed):
@@ -102,6 +103,7 @@ class MeasurementModel(_Keyed):
     spread: float | None
     warmup_s: float | None
     screened: bool
+    dims: str | None = Field(default=None, max_length=4096)
 
 
 class SolutionModel(_Keyed):
@@ -166,7 +168,7 @@ def export_registry(store) -> RegistryExport:
 
         return dict(
             environments=rows(Environment, ("fingerprint", "target", "fields")),
-            candidates=rows(CandidateRow, ("identity", "name", "target", "op", "tier")),
+            candidates=rows(CandidateRow, tuple(CandidateModel.model_fields)),
             verdicts=rows(VerdictRow, tuple(VerdictModel.model_fields)),
             measurements=rows(MeasurementRow, tuple(MeasurementModel.model_fields)),
             solutions=rows(SolutionRow, tuple(SolutionModel.model_fields)),

@@ -11,6 +11,7 @@ import arbiter
 from arbiter import dispatch
 from arbiter.regions import RMSNorm
 from arbiter.store import SolutionRecord, default_store
+from arbiter.store.models import SCHEMA_VERSION
 from arbiter.store.sql import SqlStore
 from tests.store._workers import ENV, key
 
@@ -54,7 +55,7 @@ def test_export_import_merges_and_reports_conflicts(backend, tmp_path, monkeypat
     monkeypatch.setenv("ARBITER_DB", a)
     assert _invoke("export", f).exit_code == 0
     doc = json.loads(open(f).read())
-    assert doc["format"] == "kernel-arbiter-registry" and doc["schema_version"] == 2
+    assert doc["format"] == "kernel-arbiter-registry" and doc["schema_version"] == SCHEMA_VERSION
     monkeypatch.setenv("ARBITER_DB", b)
     result = _invoke("import", f)
     assert result.exit_code == 0 and "1 conflict(s)" in result.stdout and "tile" in result.stdout
@@ -132,7 +133,7 @@ def test_doctor_says_what_it_checked_and_names_a_missing_table(backend, monkeypa
     SqlStore(db).save_solution(SolutionRecord(key(1), "lab_kernel", "lab_kernel@1", {}, "tier", ENV))
     monkeypatch.setenv("ARBITER_DB", db)
     ok = " ".join(_invoke("doctor").stdout.split())
-    assert "ok, schema v2" in ok and "unique constraint" in ok and "1 solutions" in ok
+    assert f"ok, schema v{SCHEMA_VERSION}" in ok and "unique constraint" in ok and "1 solutions" in ok
     assert ("integrity_check" in ok) == (backend.name == "sqlite") and ("server" in ok) == (backend.name != "sqlite")
     backend.script(db, "DROP TABLE recorded_keys")  # a half-restored registry
     bad = _invoke("doctor")
