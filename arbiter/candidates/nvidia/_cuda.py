@@ -144,6 +144,9 @@ class NvidiaCandidate(Candidate):
     target = "nvidia"
     templates: ClassVar[tuple[str, ...]] = ()  # .cu files whose text is part of this candidate's identity
     dtypes: ClassVar[tuple[str, ...]] = ("float32", "float16", "bfloat16")
+    # (name, dtype, files, defines, prelude) -> launchable kernel. A target that compiles these templates
+    # another way (rocm: hiprtc) subclasses the candidate and replaces only this.
+    load_kernel = staticmethod(kernel)
 
     def available(self):
         return targets.get("nvidia").available()

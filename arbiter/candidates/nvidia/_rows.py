@@ -28,26 +28,29 @@ def plan(region, out, row_threads: int, vec: bool) -> tuple[int, int, int]:
     return row_threads, width, iters
 
 
-def row_kernel(file: str, name: str, region, out, row_threads: int, rows_per_block: int, vec: bool):
-    """(compiled kernel, grid, block) for one row kernel template."""
+def row_kernel(file: str, name: str, region, out, row_threads: int, rows_per_block: int, vec: bool,
+               load_kernel=kernel):
+    """(compiled kernel, grid, block) for one row kernel template, loaded by ``load_kernel`` (NVRTC by default)."""
     threads, width, iters = plan(region, out, row_threads, vec)
     rpb = rows_per_block if threads == 32 else 1
     defines = (("ROW_THREADS", threads), ("ROWS_PER_BLOCK", rpb), ("VEC", width), ("ITERS", iters))
-    fn = kernel(name, region.dtype, ("rows_common.cuh", file), defines)
+    fn = load_kernel(name, region.dtype, ("rows_common.cuh", file), defines)
     rows = region.dims["rows"]
     return fn, ((rows + rpb - 1) // rpb,), (threads * rpb,)
 
 
-def launch_softmax(region, out, row_threads: int, rows_per_block: int, vec: bool):
-    fn, grid, block = row_kernel("softmax.cu", "softmax_rows", region, out, row_threads, rows_per_block, vec)
+def launch_softmax(region, out, row_threads: int, rows_per_block: int, vec: bool, load_kernel=kernel):
+    fn, grid, block = row_kernel("softmax.cu", "softmax_rows", region, out, row_threads, rows_per_block, vec,
+                                 load_kernel)
     rows, cols = region.dims["rows"], region.dims["cols"]
     if rows and cols:
         fn(grid, block, (region.x, out, np.int32(rows), np.int32(cols), np.int64(cols), np.int64(cols)))
     return out
 
 
-def launch_rmsnorm(region, out, row_threads: int, rows_per_block: int, vec: bool):
-    fn, grid, block = row_kernel("rmsnorm.cu", "rmsnorm_rows", region, out, row_threads, rows_per_block, vec)
+def launch_rmsnorm(region, out, row_threads: int, rows_per_block: int, vec: bool, load_kernel=kernel):
+    fn, grid, block = row_kernel("rmsnorm.cu", "rmsnorm_rows", region, out, row_threads, rows_per_block, vec,
+                                 load_kernel)
     rows, cols = region.dims["rows"], region.dims["cols"]
     if rows and cols:
         fn(grid, block, (region.x, region.weight, out, np.int32(rows), np.int32(cols), np.int64(cols),

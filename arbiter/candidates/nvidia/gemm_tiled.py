@@ -15,11 +15,13 @@ from arbiter.candidates.nvidia._cuda import (IDENTITY_EPILOGUE, NvidiaCandidate,
 TILES = [(64, 64, 16, 4, 4), (32, 32, 32, 2, 2), (16, 16, 16, 1, 1), (128, 128, 8, 8, 8), (128, 64, 16, 8, 4)]
 
 
-def tiled_kernel(dtype: str, tile: tuple, epilogue: str, split_k: bool = False, extra: tuple = ()):
-    """The compiled ``gemm_tiled`` for a tile (BM, BN, BK, TM, TN) with an epilogue function's source."""
+def tiled_kernel(dtype: str, tile: tuple, epilogue: str, split_k: bool = False, extra: tuple = (),
+                 load_kernel=kernel):
+    """The compiled ``gemm_tiled`` for a tile (BM, BN, BK, TM, TN) with an epilogue function's source,
+    loaded by ``load_kernel`` (NVRTC by default)."""
     bm, bn, bk, tm, tn = tile
     defines = (("BM", bm), ("BN", bn), ("BK", bk), ("TM", tm), ("TN", tn)) + ((("SPLIT_K", 1),) if split_k else ()) + extra
-    return kernel("gemm_tiled", dtype, ("gemm_tiled.cu",), defines, epilogue)
+    return load_kernel("gemm_tiled", dtype, ("gemm_tiled.cu",), defines, epilogue)
 
 
 def launch_tiled(fn, tile, region, out, bias, residual, ldr, splits=1, k_per_split=None, partial=None):
@@ -50,7 +52,7 @@ class GemmTiled(NvidiaCandidate):
         out = region.alloc_out()
         tile = tuple(params["tile"])
         buf, extra = gemm_output(region, out)
-        fn = tiled_kernel(region.dtype, tile, IDENTITY_EPILOGUE, extra=extra)
+        fn = tiled_kernel(region.dtype, tile, IDENTITY_EPILOGUE, extra=extra, load_kernel=self.load_kernel)
         if region.dims["m"] and region.dims["n"]:
             launch_tiled(fn, tile, region, buf, out, out, 0)  # out stands in for the unused epilogue pointers
         finish_epilogue(region, buf, out)

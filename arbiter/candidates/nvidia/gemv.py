@@ -9,7 +9,7 @@ import numpy as np
 
 from arbiter.candidates import Tier, register
 from arbiter.candidates.nvidia._cuda import (IDENTITY_EPILOGUE, VEC16, NvidiaCandidate, aligned16, check_gemm,
-                                             finish_epilogue, gemm_output, kernel, row_stride)
+                                             finish_epilogue, gemm_output, row_stride)
 
 
 class Gemv(NvidiaCandidate):
@@ -39,8 +39,8 @@ class Gemv(NvidiaCandidate):
         vec = VEC16[region.dtype] if params["vec"] and lda % VEC16[region.dtype] == 0 and aligned16(a, x, out) else 1
         rows = params["rows"]
         buf, extra = gemm_output(region, out)
-        fn = kernel("gemv_warp", region.dtype, ("gemv.cu",), (("ROWS", rows), ("VEC", vec)) + extra,
-                    IDENTITY_EPILOGUE)
+        fn = self.load_kernel("gemv_warp", region.dtype, ("gemv.cu",), (("ROWS", rows), ("VEC", vec)) + extra,
+                              IDENTITY_EPILOGUE)
         if m:
             fn(((m + rows - 1) // rows,), (rows * 32,),
                (a, x, buf, np.int32(m), np.int32(k), np.int64(lda), np.int64(row_stride(buf)), out, out,

@@ -26,7 +26,7 @@ class RMSNormRows(NvidiaCandidate):
 
     def run(self, region, params):
         vec = params["vec"] and aligned16(region.weight)
-        return launch_rmsnorm(region, region.alloc_out(), params["threads"], 4, vec)
+        return launch_rmsnorm(region, region.alloc_out(), params["threads"], 4, vec, self.load_kernel)
 
 
 register(RMSNormRows())

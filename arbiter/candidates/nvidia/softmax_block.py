@@ -24,7 +24,7 @@ class SoftmaxBlock(NvidiaCandidate):
         return check_rows(region, self.dtypes, MAX_THREADS * MAX_PER_THREAD)
 
     def run(self, region, params):
-        return launch_softmax(region, region.alloc_out(), params["threads"], 1, params["vec"])
+        return launch_softmax(region, region.alloc_out(), params["threads"], 1, params["vec"], self.load_kernel)
 
 
 register(SoftmaxBlock())

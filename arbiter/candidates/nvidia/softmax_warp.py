@@ -27,7 +27,7 @@ class SoftmaxWarp(NvidiaCandidate):
         return check_rows(region, self.dtypes, MAX_COLS)
 
     def run(self, region, params):
-        return launch_softmax(region, region.alloc_out(), 32, params["rows_per_block"], params["vec"])
+        return launch_softmax(region, region.alloc_out(), 32, params["rows_per_block"], params["vec"], self.load_kernel)
 
 
 register(SoftmaxWarp())

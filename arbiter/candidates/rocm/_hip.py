@@ -8,12 +8,13 @@ Nothing touches hip-python at import: candidates register, and list their reason
 from __future__ import annotations
 
 import hashlib
+import inspect
 from pathlib import Path
 from typing import ClassVar
 
 from arbiter import targets
 from arbiter.candidates import Candidate
-from arbiter.candidates.nvidia._cuda import DTYPE_MACRO, template
+from arbiter.candidates.nvidia._cuda import DTYPE_MACRO, NvidiaCandidate, template
 from arbiter.targets import rocm
 
 PORTABLE = (Path(__file__).parent / "portable.cuh").read_text()
@@ -71,15 +72,6 @@ def blaslt_handle():
     return handle
 
 
-def aligned16(*arrays) -> bool:
-    return all(a.ptr % 16 == 0 for a in arrays)
-
-
-def row_stride(array) -> int:
-    """Elements between consecutive rows of a 2-D array."""
-    return array.strides[0] // array.itemsize
-
-
 def no_epilogue(region) -> bool | str:
     """The rocm target has no array library to compose an epilogue after a kernel, so these decline one."""
     if getattr(region, "has_epilogue", False):
@@ -88,15 +80,31 @@ def no_epilogue(region) -> bool | str:
 
 
 class RocmCandidate(Candidate):
-    """Base of the ROCm candidates: availability from the target, portable.cuh and templates in the identity."""
+    """Base of the ROCm candidates: availability from the target, portable.cuh and templates in the identity.
+
+    An emitted kernel's candidate is the nvidia one reused: ``class RocmGemv(RocmCandidate, Gemv)`` with a
+    ``name`` keeps Gemv's param_space, applies_to and launch geometry, and takes from this class (first in
+    the MRO) the target, float32, hiprtc as ``load_kernel`` and the declined epilogues.
+    """
 
     target = "rocm"
-    templates: ClassVar[tuple[str, ...]] = ()  # shared .cu/.cuh files (in arbiter/candidates/nvidia/)
+    # Shared .cu/.cuh files (in arbiter/candidates/nvidia/). Declared without a value: a default here
+    # would shadow the reused nvidia class's, so source() reads it with getattr.
+    templates: ClassVar[tuple[str, ...]]
     dtypes: ClassVar[tuple[str, ...]] = KERNEL_DTYPES
+    load_kernel = staticmethod(kernel)
 
     def available(self):
         return targets.get("rocm").available()
 
+    def applies_to(self, region):
+        ok = super().applies_to(region)
+        return ok if ok is not True else no_epilogue(region)
+
     def source(self):
-        texts = [PORTABLE, template("common.cuh")] + [template(f) for f in self.templates] if self.templates else []
-        return super().source() + "".join(texts)
+        # A reused nvidia class's code runs here too, so its change must re-verify this candidate as well.
+        reused = [inspect.getsource(c) for c in type(self).__mro__[1:]
+                  if issubclass(c, NvidiaCandidate) and c is not NvidiaCandidate]
+        files = getattr(self, "templates", ())
+        texts = [PORTABLE, template("common.cuh")] + [template(f) for f in files] if files else []
+        return Candidate.source(self) + "".join(reused + texts)

@@ -1,29 +1,13 @@
-"""Emitted softmax on AMD GPUs, one block a row (the shared ``softmax.cu``, hiprtc, float32)."""
+"""Emitted softmax on AMD GPUs, one block a row: the nvidia ``softmax_block`` candidate via hiprtc (float32)."""
 from __future__ import annotations
 
-from arbiter.candidates import Tier, register
-from arbiter.candidates.nvidia._cuda import check_rows
-from arbiter.candidates.nvidia._rows import MAX_PER_THREAD, MAX_THREADS
+from arbiter.candidates import register
+from arbiter.candidates.nvidia.softmax_block import SoftmaxBlock
 from arbiter.candidates.rocm._hip import RocmCandidate
-from arbiter.candidates.rocm._rows import launch_softmax
 
 
-class RocmSoftmaxBlock(RocmCandidate):
+class RocmSoftmaxBlock(RocmCandidate, SoftmaxBlock):
     name = "rocm_softmax_block"
-    op = "softmax"
-    tier = Tier.EMITTED
-    priority = 4
-    templates = ("rows_common.cuh", "softmax.cu")
-
-    def param_space(self):
-        return [{"threads": 256, "vec": True}, {"threads": 128, "vec": True}, {"threads": 512, "vec": True},
-                {"threads": 1024, "vec": True}, {"threads": 256, "vec": False}]
-
-    def applies_to(self, region):
-        return check_rows(region, self.dtypes, MAX_THREADS * MAX_PER_THREAD)
-
-    def run(self, region, params):
-        return launch_softmax(region, region.alloc_out(), params["threads"], 1, params["vec"])
 
 
 register(RocmSoftmaxBlock())
