@@ -61,31 +61,45 @@ attention_fused(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
         }
         __syncthreads();
         const int key = j0 + lane;
+        // Scores of this lane's key for the warp's ROWS rows: each K element read once for all of them.
+        float s[ROWS];
+        #pragma unroll
+        for (int r = 0; r < ROWS; ++r) s[r] = 0.0f;
+        #pragma unroll 8
+        for (int d = 0; d < HEAD_D; ++d) {
+            const float key_d = Ks[lane][d];
+            #pragma unroll
+            for (int r = 0; r < ROWS; ++r) s[r] = fmaf(Qs[warp * ROWS + r][d], key_d, s[r]);
+        }
+        float p[ROWS];
         #pragma unroll
         for (int r = 0; r < ROWS; ++r) {
-            const int lr = warp * ROWS + r;
-            const int qi = row0 + lr;
-            float s = 0.0f;
-            #pragma unroll 8
-            for (int d = 0; d < HEAD_D; ++d) s = fmaf(Qs[lr][d], Ks[lane][d], s);
+            const int qi = row0 + warp * ROWS + r;
             // Rows past q_len compute on unmasked keys (finite, never stored).
             const bool masked = key >= k_len || (CAUSAL && qi < q_len && key > qi);
-            s = masked ? NEG_INF : s;
-            const float m_new = fmaxf(m[r], warp_max(s));
+            const float sr = masked ? NEG_INF : s[r];
+            const float m_new = fmaxf(m[r], warp_max(sr));
             // Key 0 is never masked and comes first, so m_new is finite from the first tile on.
-            const float p = masked ? 0.0f : expf(s - m_new);
+            p[r] = masked ? 0.0f : expf(sr - m_new);
             const float corr = expf(m[r] - m_new);  // exp(-inf) = 0 on the first tile
-            l[r] = l[r] * corr + warp_sum(p);
+            l[r] = l[r] * corr + warp_sum(p[r]);
             m[r] = m_new;
             #pragma unroll
             for (int t = 0; t < DPL; ++t) acc[r][t] *= corr;
-            #pragma unroll 8
-            for (int j = 0; j < TILE; ++j) {
-                const float pj = __shfl_sync(0xffffffffu, p, j);
-                #pragma unroll
-                for (int t = 0; t < DPL; ++t) {
-                    const int d = lane + 32 * t;
-                    if (d < HEAD_D) acc[r][t] = fmaf(pj, Vs[j][d], acc[r][t]);
+        }
+        // out += p @ V_tile: each V element read once for all ROWS rows; p_j broadcast from lane j.
+        #pragma unroll 4
+        for (int j = 0; j < TILE; ++j) {
+            float pj[ROWS];
+            #pragma unroll
+            for (int r = 0; r < ROWS; ++r) pj[r] = __shfl_sync(0xffffffffu, p[r], j);
+            #pragma unroll
+            for (int t = 0; t < DPL; ++t) {
+                const int d = lane + 32 * t;
+                if (d < HEAD_D) {
+                    const float vj = Vs[j][d];
+                    #pragma unroll
+                    for (int r = 0; r < ROWS; ++r) acc[r][t] = fmaf(pj[r], vj, acc[r][t]);
                 }
             }
         }

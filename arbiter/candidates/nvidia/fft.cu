@@ -12,6 +12,7 @@
 //   KIND      0 c2c, 1 r2c (real rows in, N/2+1 bins out), 2 c2r (N/2+1 bins in, real rows out)
 //   INVERSE   1: sign +, and the result is scaled by 1/N (NumPy's "backward" normalisation)
 //   THREADS   threads a block (the shared-memory kernel)
+//   USE_SMEM  1: compile fft_smem; 0: compile the global-memory path
 // Two paths: fft_smem keeps one row in shared memory for every stage (one launch); for rows too long
 // for it, fft_load -> fft_stage (one launch per stage, ping-pong between two global buffers) -> fft_store.
 
@@ -76,6 +77,7 @@ __device__ __forceinline__ void butterfly(const C* __restrict__ in, C* __restric
     out[o + ns] = cmake(a.x - bw.x, a.y - bw.y);
 }
 
+#if USE_SMEM  // one module per path: a long row's static shared buffer would not compile
 extern "C" __global__ void __launch_bounds__(THREADS)
 fft_smem(const void* __restrict__ X, void* __restrict__ Y, long long ldx, long long ldy)
 {
@@ -93,6 +95,7 @@ fft_smem(const void* __restrict__ X, void* __restrict__ Y, long long ldx, long l
     for (int i = threadIdx.x; i < OUT_LEN; i += THREADS) store_elem(Y, row, ldy, i, buf[src][i]);
 }
 
+#else
 extern "C" __global__ void fft_load(const void* __restrict__ X, C* __restrict__ buf, long long batch, long long ldx)
 {
     const long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
@@ -116,3 +119,4 @@ extern "C" __global__ void fft_store(const C* __restrict__ buf, void* __restrict
         store_elem(Y, row, ldy, i, buf[row * N + i]);
     }
 }
+#endif

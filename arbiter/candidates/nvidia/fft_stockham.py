@@ -42,10 +42,11 @@ class FFTStockham(NvidiaCandidate):
             return out
         f64 = region.dtype in ("float64", "complex128")
         threads = min(params["threads"], max(32, n // 2))
+        smem = n <= SMEM_MAX[f64]
         defines = (("N", n), ("FFT_F64", int(f64)), ("KIND", _KIND[(region.kind, region.inverse)]),
-                   ("INVERSE", int(region.inverse)), ("THREADS", threads))
+                   ("INVERSE", int(region.inverse)), ("THREADS", threads), ("USE_SMEM", int(smem)))
         ldx, ldy = np.int64(region.x.shape[-1]), np.int64(out.shape[-1])
-        if n <= SMEM_MAX[f64]:
+        if smem:
             kernel("fft_smem", "float32", ("fft.cu",), defines)((batch,), (threads,), (region.x, out, ldx, ldy))
             return out
         cp = cupy()
