@@ -1,4 +1,5 @@
-"""What the numba candidates of the CPU target share: dtype coverage, a vectorisable exp, compile bookkeeping.
+"""What the numba candidates of the CPU target share: dtype coverage and the other applies_to reasons, a
+base class for one-kernel candidates, a vectorisable exp, compile bookkeeping.
 
 numba 0.68 has no float16 (or bfloat16) loads, stores or arithmetic on the CPU
 (``NotImplementedError: float16``), so every numba candidate serves float32 and
@@ -10,10 +11,13 @@ import inspect
 import math
 import sys
 import time
+from typing import ClassVar
 
 import numpy as np
 from numba import types
 from numba.extending import intrinsic, overload
+
+from arbiter.candidates import Candidate, Tier
 
 DTYPES = ("float32", "float64")
 
@@ -35,6 +39,25 @@ def contiguous_reason(argument: str, array) -> bool | str:
     if array is None or array.flags.c_contiguous:
         return True
     return f"{argument}: strided; this kernel reads C-contiguous memory (the vendor candidate handles any layout)"
+
+
+def layout_reason(region, layout: str, reads: str) -> bool | str:
+    """True when ``region.layout`` is ``layout``, else the reason; ``reads`` says what the kernel reads."""
+    if region.layout == layout:
+        return True
+    return f"layout {region.layout}: the kernel {reads}; needs layout {layout}"
+
+
+def product_only_reason(region) -> bool | str:
+    """True for a matmul region without an epilogue: the emitted kernels compute ``a @ b`` only."""
+    if region.has_epilogue:
+        return "epilogue: this kernel computes a @ b only; the synthesized tier fuses epilogues"
+    return True
+
+
+def first_reason(*answers) -> bool | str:
+    """The first of ``answers`` (applies_to checks, in order) that is a reason, or True when all are True."""
+    return next((a for a in answers if a is not True), True)
 
 
 def code_of(module_name: str) -> str:
@@ -67,6 +90,29 @@ class CompileLog:
         self.dispatcher.compile(signature)
         self.last_s = self.seconds[tag] = time.perf_counter() - t0
         self.from_disk[tag] = sum(self.dispatcher.stats.cache_hits.values()) > hits
+
+
+class NumbaKernelCandidate(Candidate):
+    """An emitted CPU candidate around one numba kernel: ``kernel = staticmethod(<the @njit function>)``.
+
+    ``compile_log`` compiles it explicitly on first use of a dtype (see ``CompileLog``) and
+    ``last_compile_s`` reports the latest such compile; the identity is the subclass's whole module
+    (its kernel included) and this one.
+    """
+
+    target = "cpu"
+    tier = Tier.EMITTED
+    kernel: ClassVar
+
+    def __init__(self):
+        self.compile_log = CompileLog(self.kernel)
+
+    @property
+    def last_compile_s(self) -> float:
+        return self.compile_log.last_s
+
+    def source(self):
+        return code_of(type(self).__module__)
 
 
 # --- a vectorisable exp ------------------------------------------------------

@@ -16,8 +16,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from arbiter.candidates import Candidate, Tier, register
-from arbiter.candidates.cpu._numba import FASTMATH, CompileLog, code_of, dtype_reason, fast_exp
+from arbiter.candidates import register
+from arbiter.candidates.cpu._numba import (FASTMATH, NumbaKernelCandidate, dtype_reason, fast_exp, first_reason,
+                                         layout_reason)
 
 
 @njit(parallel=True, cache=True, fastmath=FASTMATH)
@@ -62,22 +63,13 @@ def flash_attention(q, k, v, out, scale, causal, block):
             out[b, h, i, c] = acc[c] * inv
 
 
-class NumbaFlashAttention(Candidate):
+class NumbaFlashAttention(NumbaKernelCandidate):
     name = "numba_flash_attention"
-    target = "cpu"
     op = "attention"
-    tier = Tier.EMITTED
-
-    def __init__(self):
-        self.compile_log = CompileLog(flash_attention)
+    kernel = staticmethod(flash_attention)
 
     def applies_to(self, region):
-        ok = dtype_reason(region)
-        if ok is not True:
-            return ok
-        if region.layout != "RRR":
-            return f"layout {region.layout}: the kernel reads C-contiguous q, k, v; needs layout RRR"
-        return True
+        return first_reason(dtype_reason(region), layout_reason(region, "RRR", "reads C-contiguous q, k, v"))
 
     def param_space(self):
         return [{"block": 64}, {"block": 16}, {"block": 256}]
@@ -89,9 +81,6 @@ class NumbaFlashAttention(Candidate):
             self.compile_log.ensure(region.dtype, args)
             flash_attention(*args)
         return out
-
-    def source(self):
-        return code_of(__name__)
 
 
 register(NumbaFlashAttention())

@@ -17,8 +17,8 @@ import functools
 import numpy as np
 from numba import njit, prange
 
-from arbiter.candidates import Candidate, Tier, register
-from arbiter.candidates.cpu._numba import CompileLog, code_of
+from arbiter.candidates import register
+from arbiter.candidates.cpu._numba import NumbaKernelCandidate
 
 _COMPLEX = {"float32": np.complex64, "float64": np.complex128, "complex64": np.complex64,
             "complex128": np.complex128}
@@ -67,14 +67,10 @@ def hermitian_full(half: np.ndarray, n: int, dtype) -> np.ndarray:
     return full
 
 
-class StockhamFFT(Candidate):
+class StockhamFFT(NumbaKernelCandidate):
     name = "numba_stockham_fft"
-    target = "cpu"
     op = "fft"
-    tier = Tier.EMITTED
-
-    def __init__(self):
-        self.compile_log = CompileLog(stockham_rows)
+    kernel = staticmethod(stockham_rows)
 
     def applies_to(self, region):
         n = region.n
@@ -102,9 +98,6 @@ class StockhamFFT(Candidate):
         if region.kind == "r2c":
             rows[...] = dest.real if region.inverse else dest[:, : n // 2 + 1]
         return out
-
-    def source(self):
-        return code_of(__name__)
 
 
 register(StockhamFFT())

@@ -18,9 +18,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from arbiter.candidates import Candidate, Tier, register
+from arbiter.candidates import register
 from arbiter.candidates.cpu._common import blas_identity
-from arbiter.candidates.cpu._numba import FASTMATH, CompileLog, code_of, dtype_reason, fast_exp
+from arbiter.candidates.cpu._numba import FASTMATH, NumbaKernelCandidate, dtype_reason, fast_exp
 
 
 @njit(cache=True, fastmath=FASTMATH)
@@ -34,14 +34,10 @@ def swiglu_epilogue(gate, up, out):
             out[r, c] = g / (one + fast_exp(-g)) * up[r, c]
 
 
-class NumbaGated(Candidate):
+class NumbaGated(NumbaKernelCandidate):
     name = "numba_gated_fused"
-    target = "cpu"
     op = "gated"
-    tier = Tier.EMITTED
-
-    def __init__(self):
-        self.compile_log = CompileLog(swiglu_epilogue)
+    kernel = staticmethod(swiglu_epilogue)
 
     def applies_to(self, region):
         return dtype_reason(region)
@@ -67,7 +63,7 @@ class NumbaGated(Candidate):
         return out
 
     def source(self):
-        return code_of(__name__) + blas_identity()
+        return super().source() + blas_identity()
 
 
 register(NumbaGated())

@@ -14,7 +14,8 @@ import numpy as np
 from numba import njit, prange
 
 from arbiter.candidates import Candidate, Tier, register
-from arbiter.candidates.cpu._numba import FASTMATH, CompileLog, code_of, dtype_reason
+from arbiter.candidates.cpu._numba import (FASTMATH, CompileLog, code_of, dtype_reason, first_reason, layout_reason,
+                                         product_only_reason)
 
 
 @njit(parallel=True, cache=True, fastmath=FASTMATH)
@@ -56,17 +57,11 @@ class NumbaGemv(Candidate):
         self.last_compile_s = 0.0
 
     def applies_to(self, region):
-        ok = dtype_reason(region)
-        if ok is not True:
-            return ok
         m, n = region.dims["m"], region.dims["n"]
-        if m != 1 and n != 1:
-            return f"shape: M={m}, N={n}; GEMV needs M == 1 or N == 1 (numba_matmul_blocked covers the rest)"
-        if region.layout != "RR":
-            return f"layout {region.layout}: the kernel reads C-contiguous a and b; needs layout RR"
-        if region.has_epilogue:
-            return "epilogue: this kernel computes a @ b only; the synthesized tier fuses epilogues"
-        return True
+        shape = True if 1 in (m, n) else \
+            f"shape: M={m}, N={n}; GEMV needs M == 1 or N == 1 (numba_matmul_blocked covers the rest)"
+        return first_reason(dtype_reason(region), shape, layout_reason(region, "RR", "reads C-contiguous a and b"),
+                            product_only_reason(region))
 
     def param_space(self):
         return [{"block": 1024}, {"block": 128}, {"block": 8192}]

@@ -11,8 +11,8 @@ import math
 
 from numba import njit, prange
 
-from arbiter.candidates import Candidate, Tier, register
-from arbiter.candidates.cpu._numba import FASTMATH, CompileLog, code_of, dtype_reason
+from arbiter.candidates import register
+from arbiter.candidates.cpu._numba import FASTMATH, NumbaKernelCandidate, dtype_reason, first_reason, layout_reason
 
 
 @njit(parallel=True, cache=True, fastmath=FASTMATH)
@@ -38,22 +38,13 @@ def layernorm_rows(x, weight, bias, out, eps, has_bias):
                 out[r, c] = (x[r, c] - mean) * inv * weight[c]
 
 
-class NumbaLayerNorm(Candidate):
+class NumbaLayerNorm(NumbaKernelCandidate):
     name = "numba_layernorm_fused"
-    target = "cpu"
     op = "layernorm"
-    tier = Tier.EMITTED
-
-    def __init__(self):
-        self.compile_log = CompileLog(layernorm_rows)
+    kernel = staticmethod(layernorm_rows)
 
     def applies_to(self, region):
-        ok = dtype_reason(region)
-        if ok is not True:
-            return ok
-        if region.layout != "R":
-            return f"layout {region.layout}: the kernel walks C-contiguous rows; needs layout R"
-        return True
+        return first_reason(dtype_reason(region), layout_reason(region, "R", "walks C-contiguous rows"))
 
     def run(self, region, params):
         out = region.alloc_out()
@@ -66,9 +57,6 @@ class NumbaLayerNorm(Candidate):
             self.compile_log.ensure(region.dtype, args)
             layernorm_rows(*args)
         return out
-
-    def source(self):
-        return code_of(__name__)
 
 
 register(NumbaLayerNorm())

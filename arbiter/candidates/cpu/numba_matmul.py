@@ -15,8 +15,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from arbiter.candidates import Candidate, Tier, register
-from arbiter.candidates.cpu._numba import FASTMATH, CompileLog, code_of, dtype_reason
+from arbiter.candidates import register
+from arbiter.candidates.cpu._numba import (FASTMATH, NumbaKernelCandidate, dtype_reason, first_reason,
+                                         layout_reason, product_only_reason)
 
 
 @njit(parallel=True, cache=True, fastmath=FASTMATH)
@@ -44,28 +45,14 @@ def matmul_blocked(a, b, out, tm, tn, tk):
                 out[i, j] = acc[i - i0, j - j0]
 
 
-class NumbaMatmulBlocked(Candidate):
+class NumbaMatmulBlocked(NumbaKernelCandidate):
     name = "numba_matmul_blocked"
-    target = "cpu"
     op = "matmul"
-    tier = Tier.EMITTED
-
-    def __init__(self):
-        self.compile_log = CompileLog(matmul_blocked)
-
-    @property
-    def last_compile_s(self) -> float:
-        return self.compile_log.last_s
+    kernel = staticmethod(matmul_blocked)
 
     def applies_to(self, region):
-        ok = dtype_reason(region)
-        if ok is not True:
-            return ok
-        if region.layout != "RR":
-            return f"layout {region.layout}: the kernel reads C-contiguous a and b; needs layout RR"
-        if region.has_epilogue:
-            return "epilogue: this kernel computes a @ b only; the synthesized tier fuses epilogues"
-        return True
+        return first_reason(dtype_reason(region), layout_reason(region, "RR", "reads C-contiguous a and b"),
+                            product_only_reason(region))
 
     def param_space(self):
         return [{"tm": 64, "tn": 64, "tk": 128}, {"tm": 32, "tn": 128, "tk": 64},
@@ -77,9 +64,6 @@ class NumbaMatmulBlocked(Candidate):
         self.compile_log.ensure(region.dtype, args)
         matmul_blocked(*args)
         return out
-
-    def source(self):
-        return code_of(__name__)
 
 
 register(NumbaMatmulBlocked())

@@ -10,8 +10,9 @@ import math
 
 from numba import njit, prange
 
-from arbiter.candidates import Candidate, Tier, register
-from arbiter.candidates.cpu._numba import FASTMATH, CompileLog, code_of, contiguous_reason, dtype_reason
+from arbiter.candidates import register
+from arbiter.candidates.cpu._numba import (FASTMATH, NumbaKernelCandidate, contiguous_reason, dtype_reason,
+                                         first_reason, layout_reason)
 
 
 @njit(parallel=True, cache=True, fastmath=FASTMATH)
@@ -27,26 +28,14 @@ def rmsnorm_rows(x, weight, eps, out):
             out[r, c] = x[r, c] * inv * weight[c]
 
 
-class NumbaRMSNorm(Candidate):
+class NumbaRMSNorm(NumbaKernelCandidate):
     name = "numba_rmsnorm_fused"
-    target = "cpu"
     op = "rmsnorm"
-    tier = Tier.EMITTED
-
-    def __init__(self):
-        self.compile_log = CompileLog(rmsnorm_rows)
-
-    @property
-    def last_compile_s(self) -> float:
-        return self.compile_log.last_s
+    kernel = staticmethod(rmsnorm_rows)
 
     def applies_to(self, region):
-        ok = dtype_reason(region)
-        if ok is not True:
-            return ok
-        if region.layout != "R":
-            return f"layout {region.layout}: the kernel walks C-contiguous rows; needs layout R"
-        return contiguous_reason("weight", region.weight)
+        return first_reason(dtype_reason(region), layout_reason(region, "R", "walks C-contiguous rows"),
+                            contiguous_reason("weight", region.weight))
 
     def run(self, region, params):
         out = region.alloc_out()
@@ -56,9 +45,6 @@ class NumbaRMSNorm(Candidate):
             self.compile_log.ensure(region.dtype, args)
             rmsnorm_rows(*args)
         return out
-
-    def source(self):
-        return code_of(__name__)
 
 
 register(NumbaRMSNorm())

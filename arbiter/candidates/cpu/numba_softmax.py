@@ -14,8 +14,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from arbiter.candidates import Candidate, Tier, register
-from arbiter.candidates.cpu._numba import FASTMATH, CompileLog, code_of, dtype_reason, fast_exp
+from arbiter.candidates import register
+from arbiter.candidates.cpu._numba import (FASTMATH, NumbaKernelCandidate, dtype_reason, fast_exp, first_reason,
+                                         layout_reason)
 
 
 @njit(parallel=True, cache=True, fastmath=FASTMATH)
@@ -40,28 +41,14 @@ def softmax_rows(x, out, chunk):
             out[r, c] = fast_exp(x[r, c] - m) * inv
 
 
-class NumbaSoftmax(Candidate):
+class NumbaSoftmax(NumbaKernelCandidate):
     name = "numba_softmax_fused"
-    target = "cpu"
     op = "softmax"
-    tier = Tier.EMITTED
-
-    def __init__(self):
-        self.compile_log = CompileLog(softmax_rows)
-
-    @property
-    def last_compile_s(self) -> float:
-        return self.compile_log.last_s
+    kernel = staticmethod(softmax_rows)
 
     def applies_to(self, region):
-        ok = dtype_reason(region)
-        if ok is not True:
-            return ok
-        if region.layout != "R":
-            return f"layout {region.layout}: the kernel walks C-contiguous rows; needs layout R"
-        if not region.axis_last:
-            return "axis inner: the kernel reduces along contiguous rows; needs the last axis"
-        return True
+        axis = True if region.axis_last else "axis inner: the kernel reduces along contiguous rows; needs the last axis"
+        return first_reason(dtype_reason(region), layout_reason(region, "R", "walks C-contiguous rows"), axis)
 
     def param_space(self):
         return [{"chunk": 256}, {"chunk": 64}, {"chunk": 1024}]
@@ -74,9 +61,6 @@ class NumbaSoftmax(Candidate):
             self.compile_log.ensure(region.dtype, (x2, out2, params["chunk"]))
             softmax_rows(x2, out2, params["chunk"])
         return out
-
-    def source(self):
-        return code_of(__name__)
 
 
 register(NumbaSoftmax())
