@@ -112,24 +112,32 @@ _kernels: dict[str, SynthKernel] = {}
 _lock = threading.Lock()
 
 
-def kernel(chain: Chain, dtype: str, parallel: bool = True) -> SynthKernel:
-    """The kernel for ``chain`` in ``dtype``: generated, written and imported once per content hash."""
-    text = source(chain, dtype, parallel)
+def load_source(text: str, stem: str, module_prefix: str, kernels: dict[str, SynthKernel]) -> SynthKernel:
+    """The ``kernel`` function of the generated source ``text``, once per content hash (kept in ``kernels``).
+
+    The text is written to ``<cache dir>/<stem>_<hash>.py`` and imported from there as module
+    ``<module_prefix>_<hash>``, so numba's disk cache keeps the machine code across processes.
+    """
     digest = content_hash(text)
-    found = _kernels.get(digest)
+    found = kernels.get(digest)
     if found is not None:
         return found
     with _lock:
-        found = _kernels.get(digest)
+        found = kernels.get(digest)
         if found is None:
-            path = cache_dir() / f"k_{digest}.py"
+            path = cache_dir() / f"{stem}_{digest}.py"
             if not path.exists() or path.read_text() != text:
                 tmp = path.with_suffix(f".{os.getpid()}.tmp")
                 tmp.write_text(text)
                 os.replace(tmp, path)  # atomic: a concurrent process never imports half a file
-            spec = importlib.util.spec_from_file_location(f"arbiter_synth_cpu_{digest}", path)
+            spec = importlib.util.spec_from_file_location(f"{module_prefix}_{digest}", path)
             module = importlib.util.module_from_spec(spec)
             sys.modules[spec.name] = module  # numba's disk cache finds the kernel's globals by module name
             spec.loader.exec_module(module)
-            found = _kernels[digest] = SynthKernel(text, digest, path, module.kernel)
+            found = kernels[digest] = SynthKernel(text, digest, path, module.kernel)
     return found
+
+
+def kernel(chain: Chain, dtype: str, parallel: bool = True) -> SynthKernel:
+    """The kernel for ``chain`` in ``dtype``: generated, written and imported once per content hash."""
+    return load_source(source(chain, dtype, parallel), "k", "arbiter_synth_cpu", _kernels)

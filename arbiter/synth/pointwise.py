@@ -10,13 +10,7 @@ disk cache keeps their machine code across processes.
 """
 from __future__ import annotations
 
-import importlib.util
-import os
-import sys
-import threading
-
-from arbiter.synth import content_hash
-from arbiter.synth.cpu import SynthKernel, cache_dir
+from arbiter.synth.cpu import SynthKernel, load_source
 
 DTYPES = ("float32", "float64")
 
@@ -92,27 +86,8 @@ def arguments(region) -> tuple:
 
 
 _kernels: dict[str, SynthKernel] = {}
-_lock = threading.Lock()
 
 
 def kernel(steps, dtype: str) -> SynthKernel:
     """The compiled kernel for ``steps`` in ``dtype``: generated, written and imported once per content hash."""
-    text = source(steps, dtype)
-    digest = content_hash(text)
-    found = _kernels.get(digest)
-    if found is not None:
-        return found
-    with _lock:
-        found = _kernels.get(digest)
-        if found is None:
-            path = cache_dir() / f"pw_{digest}.py"
-            if not path.exists() or path.read_text() != text:
-                tmp = path.with_suffix(f".{os.getpid()}.tmp")
-                tmp.write_text(text)
-                os.replace(tmp, path)  # atomic: a concurrent process never imports half a file
-            spec = importlib.util.spec_from_file_location(f"arbiter_synth_pointwise_{digest}", path)
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[spec.name] = module  # numba's disk cache finds the kernel's globals by module name
-            spec.loader.exec_module(module)
-            found = _kernels[digest] = SynthKernel(text, digest, path, module.kernel)
-    return found
+    return load_source(source(steps, dtype), "pw", "arbiter_synth_pointwise", _kernels)
