@@ -9,7 +9,6 @@ Ratios vendor / best non-vendor go to ``docs/cpu_ops.md`` with the date and the 
 """
 from __future__ import annotations
 
-import argparse
 import datetime
 import sys
 import time
@@ -17,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from cpu_suite import ROOT, machine, run_shape, section_table, us  # noqa: E402
+from cpu_suite import ROOT, machine, parse_args, sweep_tables  # noqa: E402
 
 from arbiter.candidates import REGISTRY  # noqa: E402
 from arbiter.regions import FFT, Attention, Gated, LayerNorm, Pointwise  # noqa: E402
@@ -59,20 +58,9 @@ QUICK = {title: [shapes[0], shapes[-1]] for title, _, _, _, shapes in SWEEPS}
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="two shapes per section (smoke run)")
-    ap.add_argument("--out", default=str(ROOT / "docs" / "cpu_ops.md"), help="markdown file to write")
-    args = ap.parse_args(argv)
+    args = parse_args(argv, __doc__, ROOT / "docs" / "cpu_ops.md")
     started = time.time()
-    body = []
-    for n, (title, op, kind, attrs, shapes) in enumerate(SWEEPS):
-        results = []
-        for dtype, dims in (QUICK[title] if args.quick else shapes):
-            region, rows, busy = run_shape(op, kind, attrs, dtype, dims, seed=n)
-            results.append((region, rows, busy))
-            print(f"{title:<40} {region.shape_text():>16} {dtype} (others {busy:.0%}): " + ", ".join(
-                f"{r['label']}={us(r['m'].median_s)}" for r in rows if "m" in r), flush=True)
-        body += section_table(title, results)
+    body = sweep_tables(SWEEPS, QUICK if args.quick else None, 40)
     head = [
         "# CPU timings of the newer op kinds: vendor (NumPy / SciPy) against the numba tiers",
         "",

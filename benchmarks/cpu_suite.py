@@ -189,21 +189,33 @@ def compile_lines() -> list[str]:
     return lines
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def parse_args(argv, doc: str, default_out: Path) -> argparse.Namespace:
+    """A suite's command line: ``--quick`` and ``--out`` (``default_out`` unless given)."""
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="two shapes per section (smoke run)")
-    ap.add_argument("--out", default=str(ROOT / "docs" / "cpu_crossovers.md"), help="markdown file to write")
-    args = ap.parse_args(argv)
-    started = time.time()
+    ap.add_argument("--out", default=str(default_out), help="markdown file to write")
+    return ap.parse_args(argv)
+
+
+def sweep_tables(sweeps, quick: dict | None, title_width: int) -> list[str]:
+    """Run every sweep (its shapes, or ``quick[title]`` when given), printing one line a shape as it goes;
+    the markdown table lines of all sweeps."""
     body = []
-    for n, (title, op, kind, attrs, shapes) in enumerate(SWEEPS):
+    for n, (title, op, kind, attrs, shapes) in enumerate(sweeps):
         results = []
-        for dtype, dims in (QUICK[title] if args.quick else shapes):
+        for dtype, dims in (quick[title] if quick else shapes):
             region, rows, busy = run_shape(op, kind, attrs, dtype, dims, seed=n)
             results.append((region, rows, busy))
-            print(f"{title:<36} {region.shape_text():>16} {dtype} (others {busy:.0%}): " + ", ".join(
+            print(f"{title:<{title_width}} {region.shape_text():>16} {dtype} (others {busy:.0%}): " + ", ".join(
                 f"{r['label']}={us(r['m'].median_s)}" for r in rows if "m" in r), flush=True)
         body += section_table(title, results)
+    return body
+
+
+def main(argv=None):
+    args = parse_args(argv, __doc__, ROOT / "docs" / "cpu_crossovers.md")
+    started = time.time()
+    body = sweep_tables(SWEEPS, QUICK if args.quick else None, 36)
     head = [
         "## Measured",
         "",
