@@ -5,10 +5,10 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
+from matmul_support import SlowVendor, mm
 from typer.testing import CliRunner
 
 import arbiter
@@ -22,22 +22,6 @@ from arbiter.report import collect, render, work, write
 from arbiter.store import SolutionRecord
 from arbiter.store.sql import SqlStore
 from arbiter.tune import tune_region
-
-
-def mm(region):
-    out = region.alloc_out()
-    np.matmul(region.a, region.b, out=out)
-    return out
-
-
-class SlowVendor(Candidate):
-    """Correct, with 2 ms of 'library overhead' a call: the tier default that measurement displaces."""
-
-    name, target, op, tier, priority = "slow_vendor", "cpu", "matmul", Tier.HAND_TUNED, 50
-
-    def run(self, region, params):
-        time.sleep(0.002)
-        return mm(region)
 
 
 class FastEmitted(Candidate):
@@ -69,7 +53,7 @@ def small(n):
 def registry(tmp_path, only_candidates):
     """A registry file with two tuned keys (one dispatched, one never), a gate failure, and a stale solution
     (the same key, measured before a NumPy upgrade)."""
-    only_candidates("cpu", "matmul", SlowVendor(), FastEmitted(), OffByOne())
+    only_candidates("cpu", "matmul", SlowVendor(0.002), FastEmitted(), OffByOne())
     path = tmp_path / "registry.db"
     sql = SqlStore(str(path))
     dispatch.configure(store=sql)

@@ -1,8 +1,8 @@
 """Measured selection: separation, persistence of measurements, the bucket ladder, miss policies."""
 import time
 
-import numpy as np
 import pytest
+from matmul_support import SlowVendor, mm
 
 import arbiter
 from arbiter import Candidate, Tier, dispatch
@@ -11,20 +11,7 @@ from arbiter.timing import Measurement, measure
 from arbiter.tune import separated, tune_region
 
 
-def mm(region):
-    out = region.alloc_out()
-    np.matmul(region.a, region.b, out=out)
-    return out
-
-
-class SlowVendor(Candidate):
-    """Correct, but pays 3 ms of 'library overhead' per call: the tier default that measurement beats."""
-
-    name, target, op, tier, priority = "slow_vendor", "cpu", "matmul", Tier.HAND_TUNED, 50
-
-    def run(self, region, params):
-        time.sleep(0.003)
-        return mm(region)
+OVERHEAD_S = 0.003  # the vendor's 'library overhead' a call: what measurement beats
 
 
 class FastEmitted(Candidate):
@@ -43,13 +30,13 @@ class TwinEmitted(Candidate):
     name, target, op, tier = "twin_emitted", "cpu", "matmul", Tier.EMITTED
 
     def run(self, region, params):
-        time.sleep(0.003)
+        time.sleep(OVERHEAD_S)
         return mm(region)
 
 
 @pytest.fixture
 def pair(only_candidates):
-    only_candidates("cpu", "matmul", SlowVendor(), FastEmitted())
+    only_candidates("cpu", "matmul", SlowVendor(OVERHEAD_S), FastEmitted())
 
 
 def small(m=24, n=24, k=24):
@@ -84,7 +71,7 @@ def test_measured_winner_displaces_the_tier_default(pair):
 
 
 def test_within_noise_keeps_the_tier_default(only_candidates):
-    only_candidates("cpu", "matmul", SlowVendor(), TwinEmitted())
+    only_candidates("cpu", "matmul", SlowVendor(OVERHEAD_S), TwinEmitted())
     decision = tune_region(small(), dispatch.store())
     assert decision.winner.candidate.name == "slow_vendor"
     assert decision.policy == "tier"
@@ -92,7 +79,7 @@ def test_within_noise_keeps_the_tier_default(only_candidates):
 
 
 def test_screening_stops_a_far_slower_candidate_early():
-    m = measure(SlowVendor(), {}, small(), best_so_far=1e-5)
+    m = measure(SlowVendor(OVERHEAD_S), {}, small(), best_so_far=1e-5)
     assert m.screened and m.reps == 3
 
 
