@@ -153,9 +153,9 @@ def test_every_rocm_solution_passes_the_gate_on_an_amd_gpu(op, dims):
     ok = rocm.TARGET.available()
     if ok is not True:
         pytest.skip(f"rocm target unavailable: {ok}")
-    from arbiter.ops import region_type
+    from arbiter.ops import op_kind
 
-    region = region_type(op).random("rocm", "float32", dims, rng=np.random.default_rng(5))
+    region = op_kind(op).region_type.random("rocm", "float32", dims, rng=np.random.default_rng(5))
     for cand in REGISTRY.candidates("rocm", op):
         if cand.applies_to(region) is True:
             for params in cand.param_space():
