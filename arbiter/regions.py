@@ -17,7 +17,7 @@ import numpy as np
 
 from arbiter import targets
 from arbiter.errors import RegionError
-from arbiter.keys import EXACT, POW2, ProblemKey, bucket_of, layout_class
+from arbiter.keys import EXACT, ProblemKey, bucket_of, layout_class
 
 DTYPES = ("float16", "bfloat16", "float32", "float64")
 # dtype -> name, filled as dtypes are seen: str(dtype) costs microseconds, a dict hit 50 ns.

@@ -3,7 +3,6 @@ import ctypes
 import time
 
 import numpy as np
-import pytest
 
 from arbiter import Candidate, Tier, dispatch
 from arbiter.isolate import Isolated

@@ -3,7 +3,6 @@ import dataclasses
 
 import numpy as np
 
-import arbiter
 from arbiter import Candidate, Contract, Tier
 from arbiter.regions import RMSNorm
 from arbiter.store.sql import SqlStore

@@ -4,6 +4,8 @@ from __future__ import annotations
 from functools import lru_cache
 
 from arbiter import targets
+from arbiter.candidates import Tier
+from arbiter.candidates.nvidia._cuda import NvidiaCandidate
 
 
 @lru_cache(maxsize=1)
@@ -28,3 +30,14 @@ def view(array):
     import torch
 
     return torch.from_dlpack(array)
+
+
+class TorchCandidate(NvidiaCandidate):
+    """A PyTorch op as a vendor candidate: available when the nvidia target is and torch sees CUDA.
+    Priority 5 puts it after the CuPy vendor candidates within the tier (tier order only; measurement decides)."""
+
+    tier = Tier.HAND_TUNED
+    priority = 5
+
+    def available(self):
+        return torch_available()

@@ -6,19 +6,13 @@ result is copied into the given out: one extra pass over the output, shown hones
 """
 from __future__ import annotations
 
-from arbiter.candidates import Tier, register
-from arbiter.candidates.nvidia._cuda import NvidiaCandidate
-from arbiter.candidates.nvidia._torch import torch_available, view
+from arbiter.candidates import register
+from arbiter.candidates.nvidia._torch import TorchCandidate, view
 
 
-class TorchAttention(NvidiaCandidate):
+class TorchAttention(TorchCandidate):
     name = "torch_attention"
     op = "attention"
-    tier = Tier.HAND_TUNED
-    priority = 5
-
-    def available(self):
-        return torch_available()
 
     def run(self, region, params):
         import torch.nn.functional as F

@@ -5,19 +5,13 @@ pass, which the timings show honestly (the benchmark also times bare ``F.layer_n
 """
 from __future__ import annotations
 
-from arbiter.candidates import Tier, register
-from arbiter.candidates.nvidia._cuda import NvidiaCandidate
-from arbiter.candidates.nvidia._torch import torch_available, view
+from arbiter.candidates import register
+from arbiter.candidates.nvidia._torch import TorchCandidate, view
 
 
-class TorchLayerNorm(NvidiaCandidate):
+class TorchLayerNorm(TorchCandidate):
     name = "torch_layernorm"
     op = "layernorm"
-    tier = Tier.HAND_TUNED
-    priority = 5
-
-    def available(self):
-        return torch_available()
 
     def run(self, region, params):
         import torch.nn.functional as F

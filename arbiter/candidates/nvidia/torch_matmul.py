@@ -5,9 +5,8 @@ each writing through ``out=`` so the last one lands in the caller's buffer witho
 """
 from __future__ import annotations
 
-from arbiter.candidates import Tier, register
-from arbiter.candidates.nvidia._cuda import NvidiaCandidate
-from arbiter.candidates.nvidia._torch import torch_available, view
+from arbiter.candidates import register
+from arbiter.candidates.nvidia._torch import TorchCandidate, view
 
 
 def _activation(name: str, z, out):
@@ -23,14 +22,9 @@ def _activation(name: str, z, out):
     return aten.silu.out(z, out=out)
 
 
-class TorchMatmul(NvidiaCandidate):
+class TorchMatmul(TorchCandidate):
     name = "torch_matmul"
     op = "matmul"
-    tier = Tier.HAND_TUNED
-    priority = 5
-
-    def available(self):
-        return torch_available()
 
     def run(self, region, params):
         import torch

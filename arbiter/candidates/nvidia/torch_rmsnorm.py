@@ -5,19 +5,16 @@ which the timings show honestly (the benchmark also times bare ``F.rms_norm`` as
 """
 from __future__ import annotations
 
-from arbiter.candidates import Tier, register
-from arbiter.candidates.nvidia._cuda import NvidiaCandidate
-from arbiter.candidates.nvidia._torch import torch_available, view
+from arbiter.candidates import register
+from arbiter.candidates.nvidia._torch import TorchCandidate, view
 
 
-class TorchRMSNorm(NvidiaCandidate):
+class TorchRMSNorm(TorchCandidate):
     name = "torch_rmsnorm"
     op = "rmsnorm"
-    tier = Tier.HAND_TUNED
-    priority = 5
 
     def available(self):
-        ok = torch_available()
+        ok = super().available()
         if ok is not True:
             return ok
         import torch.nn.functional as F

@@ -1,19 +1,13 @@
 """Vendor softmax on NVIDIA through PyTorch, on CuPy memory via DLPack, writing into the given out."""
 from __future__ import annotations
 
-from arbiter.candidates import Tier, register
-from arbiter.candidates.nvidia._cuda import NvidiaCandidate
-from arbiter.candidates.nvidia._torch import torch_available, view
+from arbiter.candidates import register
+from arbiter.candidates.nvidia._torch import TorchCandidate, view
 
 
-class TorchSoftmax(NvidiaCandidate):
+class TorchSoftmax(TorchCandidate):
     name = "torch_softmax"
     op = "softmax"
-    tier = Tier.HAND_TUNED
-    priority = 5
-
-    def available(self):
-        return torch_available()
 
     def run(self, region, params):
         import torch
