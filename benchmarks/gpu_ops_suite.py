@@ -12,7 +12,6 @@ Usage: python benchmarks/gpu_ops_suite.py [--out DIR] [--only OP] [--quick]
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -22,9 +21,8 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
 
-from gpu_suite import DeviceCopy, _m, _ratio, _TorchViews  # noqa: E402
+from gpu_suite import DeviceCopy, _m, _ratio, _TorchViews, start  # noqa: E402
 
-from arbiter import targets  # noqa: E402
 from arbiter.candidates import REGISTRY, Tier, params_id  # noqa: E402
 from arbiter.suite import Problem, rows  # noqa: E402
 from arbiter.timing import measure  # noqa: E402
@@ -196,25 +194,10 @@ def summary(results: list[dict]) -> str:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default=os.environ.get("OUT", "out"))
-    ap.add_argument("--only", choices=OPS)
-    ap.add_argument("--quick", action="store_true")
-    args = ap.parse_args()
-    ok = targets.get("nvidia").available()
-    if ok is not True:
-        print(f"nvidia target unavailable: {ok}")
+    started = start(__doc__.splitlines()[0], list(OPS))
+    if started is None:
         return 2
-    os.makedirs(args.out, exist_ok=True)
-    try:
-        import torch
-
-        torch_ok = torch.cuda.is_available()
-    except ImportError:
-        torch_ok = False
-    env = targets.get("nvidia").environment()
-    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    print(f"{stamp}  {json.dumps(env)}", flush=True)
+    args, torch_ok, env, stamp = started
     results, gate_log = [], []
     with open(os.path.join(args.out, "gpu_ops_suite.jsonl"), "w") as f:
         f.write(json.dumps({"date": stamp, "env": env}) + "\n")

@@ -242,16 +242,18 @@ def summary(results: list[dict]) -> str:
     ])
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def start(description: str, only: list[str]):
+    """Parse the suite's arguments and check the GPU. Returns (args, torch_ok, env, stamp), or None
+    (after saying why) when the nvidia target is unavailable."""
+    ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--out", default=os.environ.get("OUT", "out"))
-    ap.add_argument("--only", choices=["matmul", "rows"])
+    ap.add_argument("--only", choices=only)
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args()
     ok = targets.get("nvidia").available()
     if ok is not True:
         print(f"nvidia target unavailable: {ok}")
-        return 2
+        return None
     os.makedirs(args.out, exist_ok=True)
     try:
         import torch
@@ -262,6 +264,14 @@ def main() -> int:
     env = targets.get("nvidia").environment()
     stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     print(f"{stamp}  {json.dumps(env)}", flush=True)
+    return args, torch_ok, env, stamp
+
+
+def main() -> int:
+    started = start(__doc__.splitlines()[0], ["matmul", "rows"])
+    if started is None:
+        return 2
+    args, torch_ok, env, stamp = started
     results, gate_log = [], []
     suffix = f"_{args.only}" if args.only else ""
     with open(os.path.join(args.out, f"gpu_suite{suffix}.jsonl"), "w") as f:
