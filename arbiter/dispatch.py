@@ -23,6 +23,7 @@ from arbiter import env as envmod
 from arbiter import select
 from arbiter.candidates import REGISTRY, Fallback, params_id
 from arbiter.errors import RegionError, StrictMissError
+from arbiter.ladder import nearest_winners
 from arbiter.store import CountDelta, SolutionRecord
 
 POLICIES = ("tier", "tune", "record", "strict")
@@ -170,7 +171,7 @@ def _miss(region, policy):
 
         decision = tune_region(region, st)
     else:
-        decision = decide_and_store(region, st, prefer=_ladder_hint(region, st, env))
+        decision = decide_and_store(region, st, prefer=nearest_winners(region, st, env))  # the bucket ladder
         if policy == "record":
             st.record_key(region.key.id, region.dims, env.fingerprint)
     _state.verified += decision.verified_now
@@ -178,13 +179,6 @@ def _miss(region, policy):
     # A stored solution that could not be served makes this a fallback, not a plain miss.
     return _install(region.key, winner.candidate, winner.params, decision.policy, env,
                     "fallbacks" if why_not else "misses")
-
-
-def _ladder_hint(region, st, env) -> list[str]:
-    """The bucket fallback ladder: winners of the nearest tuned buckets of the same op/dtype/attributes."""
-    from arbiter.ladder import nearest_winners
-
-    return nearest_winners(region, st, env)
 
 
 def decide_and_store(region, st, *, force=None, prefer=None, gate_all=False):

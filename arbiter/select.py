@@ -8,7 +8,7 @@ by the tuner, or by name when forced. The ``Decision`` it returns is what
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from arbiter import env as envmod
 from arbiter.candidates import REGISTRY, Candidate, params_id
@@ -44,7 +44,6 @@ class Decision:
     verified_now: int = 0  # verdicts computed (not cached) while deciding
     env: object = None
     margin: float | None = None
-    extra: dict = field(default_factory=dict)
 
     def __str__(self):
         lines = [f"{self.key}  ->  {self.winner.label if self.winner else 'none'} "
