@@ -10,7 +10,9 @@ from arbiter.dispatch import arbitrate, configure, flush, run_arbitrated, stats
 from arbiter.errors import ArbiterError, NoCandidateError, RegionError, RegistryError, StrictMissError
 from arbiter.ops import register_op
 
-__version__ = "0.1.0"
+from arbiter.env import project_version as _project_version  # noqa: E402
+
+__version__ = _project_version()  # from the installed metadata, never a literal
 
 __all__ = [
     "ArbiterError", "Candidate", "Contract", "Fallback", "NoCandidateError", "RegionError", "RegistryError",

@@ -79,10 +79,21 @@ def store():
     return _state.store
 
 
-def configure(*, store=None, policy: str | None = None) -> None:
-    """Set the process's store and/or default miss policy; clears the dispatch table."""
+def configure(*, store=None, policy: str | None = None, looser_accuracy: bool | None = None) -> None:
+    """Set the process's store and/or default miss policy; clears the dispatch table.
+
+    ``looser_accuracy=True``: consent, for every region built from now on, to candidates that declare
+    accuracy looser than the op's budget; the consent is part of those regions' problem keys
+    (``accuracy=looser``). Per region: ``region.allow_looser()``.
+    """
     if policy is not None and policy not in POLICIES:
         raise ValueError(f"policy: {policy!r} is not one of {', '.join(POLICIES)}")
+    if looser_accuracy is not None:
+        if not isinstance(looser_accuracy, bool):
+            raise ValueError(f"looser_accuracy: must be True or False, got {looser_accuracy!r}")
+        from arbiter import regions
+
+        regions._consent.looser = looser_accuracy
     with _state.lock:
         if store is not None:
             flush()

@@ -14,7 +14,16 @@ from dataclasses import dataclass
 
 from arbiter import targets
 
-PROJECT_VERSION = "0.1.0"
+
+
+def project_version() -> str:
+    """This package's version from its installed metadata (``pyproject.toml``), never a literal."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("kernel-arbiter")
+    except metadata.PackageNotFoundError:  # run from a source tree that was never installed
+        return "uninstalled"
 
 
 @dataclass(frozen=True)
@@ -46,7 +55,7 @@ def environment(target: str) -> EnvironmentKey:
     key = _cache.get(target)
     if key is None:
         fields = dict(targets.get(target).environment())
-        fields["project"] = PROJECT_VERSION
+        fields["project"] = project_version()
         key = _cache[target] = EnvironmentKey.from_fields(target, fields)
     return key
 

@@ -11,6 +11,7 @@ bucket's edge shapes with it.
 from __future__ import annotations
 
 import math
+import os
 from typing import ClassVar
 
 import numpy as np
@@ -25,6 +26,17 @@ _dtype_names: dict = {}
 # (target, op, dtype, layout, attrs, dims) -> ProblemKey: a warm shape builds no key.
 _keys: dict = {}
 _KEYS_MAX = 65536
+
+
+# The caller's consent to looser-than-budget candidates (``arbiter.configure(looser_accuracy=True)``).
+LOOSER_ATTR = ("accuracy", "looser")
+
+
+class _Consent:
+    looser = False
+
+
+_consent = _Consent()
 
 
 def dtype_name(dtype) -> str:
@@ -63,6 +75,8 @@ class Region:
         dtype = dtype_name(native.dtype)
         if dtype not in self.dtypes:
             raise RegionError(argument, f"dtype {dtype} is not supported; use one of {', '.join(self.dtypes)}")
+        if 0 in native.strides and native.size > 1:
+            _check_broadcast_size(argument, native)
         return name, native, back
 
     def _same_dtype(self, argument: str, array):
@@ -83,6 +97,8 @@ class Region:
         self.out = native
 
     def _finish(self, layout: str, dims: dict, attrs: tuple):
+        if _consent.looser:  # arbiter.configure(looser_accuracy=True): the opt-in is part of every key
+            attrs = attrs + (LOOSER_ATTR,)
         self.layout = layout
         self.dims = dims
         self.attrs = attrs
@@ -121,6 +137,18 @@ class Region:
     def fresh(self, rng: np.random.Generator) -> "Region":
         return self.resized(self.dims, rng)
 
+    def allow_looser(self) -> "Region":
+        """This region with the caller's consent to candidates that declare looser accuracy than the op's
+        budget (``Contract(accuracy="bounded", ...)``). The consent is part of the problem key
+        (attribute ``accuracy=looser``), so its decisions and verdicts never serve a key without it."""
+        if LOOSER_ATTR in self.attrs:
+            return self
+        clone = self.with_out(self.out)
+        clone.attrs = self.attrs + (LOOSER_ATTR,)
+        clone.key = ProblemKey.make(self.key.target, self.key.op, self.key.dtype, self.key.layout, clone.attrs,
+                                    self.key.bucket)
+        return clone
+
     def with_out(self, out) -> "Region":
         """A shallow copy of this region that writes into ``out`` (used for poisoning)."""
         clone = object.__new__(type(self))
@@ -154,6 +182,24 @@ class Region:
         return f"{type(self).__name__}({self.shape_text()} {self.dtype} on {self.target}, key={self.key.id})"
 
 
+def _memory_bytes() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 1 << 40
+
+
+def _check_broadcast_size(argument: str, array) -> None:
+    """A zero-stride (broadcast) view costs nothing to pass, but its output, and the gate's probes of its
+    shape, are real arrays: refuse one whose logical size exceeds the machine's memory."""
+    logical = int(array.size) * array.dtype.itemsize
+    limit = _memory_bytes()
+    if logical > limit:
+        raise RegionError(argument, f"a zero-stride (broadcast) view of shape {tuple(array.shape)} stands for "
+                                    f"{logical / 2**40:.1f} TiB; its output alone would not fit in this machine's "
+                                    f"{limit / 2**30:.0f} GiB of memory. Materialise a smaller array.")
+
+
 def _empty_like_target(target: str, shape, dtype: str):
     t = targets.get(target)
     return t.full(shape, np.nan, dtype) if target != "cpu" else np.empty(shape, dtype=_np(dtype))
@@ -178,8 +224,12 @@ def random_operand(target: str, shape, dtype: str, layout: str, rng, scale: floa
 
 
 def _normal(rng, shape, dtype: str):
-    """Standard normal data; complex dtypes get independent real and imaginary parts."""
-    data = rng.standard_normal(shape)
+    """Standard normal data; complex dtypes get independent real and imaginary parts.
+
+    Drawn in float32 for dtypes of 32 bits or fewer (twice as fast, and exact for them): the gate draws
+    fresh data for every probe, so drawing costs a visible share of gating a large shape."""
+    wide = dtype in ("float64", "complex128")
+    data = rng.standard_normal(shape, dtype=np.float64 if wide else np.float32)
     return data + 1j * rng.standard_normal(shape) if dtype.startswith("complex") else data
 
 

@@ -1,37 +1,78 @@
-"""The F4 gate: correctness before speed.
+"""The F4 gate: correctness before speed, written against an adversary rather than a typo.
 
-``verify(candidate, params, region)`` runs the candidate on fresh seeded random
-inputs (never zeros) at the region's real shape and at its bucket's edge shapes,
-each time into an output poisoned with NaN, and compares with the float64
-oracle under the published budget (``arbiter.oracles.budgets``). It fails a
-candidate that raises, declines (returns ``Fallback``), writes somewhere other
-than the given output, leaves an element unwritten, produces NaN/Inf where the
-oracle is finite, or misses the budget anywhere.
+``verify(candidate, params, region)`` runs one solution on a plan of probes (``probe_plan``):
 
-``verdict_for`` adds the cache: one verdict per (code identity, solution index,
-problem key, environment), kept in memory and in the store.
+* the real shape twice, each time with fresh random data (a memoized or stale output fails): first
+  benign data with the caller's runtime scalars, then the op's first adversarial value family with
+  varied scalars;
+* every value family of the op (``arbiter.probes``: large logits, near-constant rows, large
+  offsets, tiny values, ...) at the bucket's low corner, with varied scalars;
+* a shape whose dimensions all differ, with odd tails (not multiples of 8 ... 128);
+* the bucket's corners with each dimension low or high independently,
+
+within a cost cap (``EXTRA_WORK_FACTOR`` x the real shape's work, or ``EXTRA_WORK_FLOOR``).
+Each probe's data is fresh (entropy-seeded; the seed is named in a failure so it can be replayed
+with ``ARBITER_GATE_SEED``). The candidate gets its own copy of the inputs and an output the gate
+allocated and poisoned with NaN itself (never the production allocator); the oracle reads a
+pristine copy. The candidate fails when it raises, declines (returns ``Fallback``), returns
+anything but the given output, writes to any input, leaves an element unwritten, produces
+NaN/Inf where the oracle is finite, or misses the budget (the op's, or the family's published
+one) anywhere.
+
+Large probes are checked at about the cost of one run (``check_output``): matmul with a linear
+epilogue by Freivalds products with random sign vectors in float64 (every row's error norm and
+the relative Frobenius error, so one wrong element anywhere fails) plus the exact reference on
+sampled rows, the last row and the last and a random column; nonlinear products (gated, matmul
+with an activation, attention) by the exact reference on sampled rows and columns plus the last
+ones; row ops (softmax, norms, fft, pointwise) by the full reference in bounded row chunks. On
+a GPU target the float64 reference is computed on the device (``oracles.on_device``).
+
+Memory: gating a call allocates the probe's operands twice (the candidate's copy and the
+pristine one) and one output, never the caller's arrays, plus at most ``CHUNK_ELEMENTS`` float64
+temporaries per reference step: at most 3x the call's operand and output bytes plus 64 MiB.
+
+A candidate declaring accuracy looser than the op's budget is excluded unless the caller opted
+in (``region.allow_looser()``, ``arbiter.configure(looser_accuracy=True)``, ``--allow-looser``);
+the opt-in is part of the problem key (attribute ``accuracy=looser``).
+
+``verdict_for`` adds the cache: one verdict per (behaviour identity, solution index, problem key,
+environment), where the identity covers the candidate's code, the project modules it uses, its
+captured constants and the gate's own version (``gate_version``).
 """
 from __future__ import annotations
 
+import hashlib
+import inspect
+import itertools
 import math
+import os
+import sys
 import time
-import zlib
 from dataclasses import dataclass
 
 import numpy as np
 
-from arbiter import targets
+from arbiter import oracles, probes, targets
 from arbiter.candidates import Candidate, Fallback, params_id
-from arbiter.keys import edge_shapes
+from arbiter.keys import POW2
+from arbiter.oracles import array_module
 from arbiter.oracles.budgets import Budget, budget_for
 from arbiter.ops import op_kind
 from arbiter.store import VerdictKey
 
-# Edge probes cost at most this multiple of the real probe (or this many
-# "work units": m*n*k for matmul, rows*cols for row ops), whichever is larger,
-# so verifying a huge key stays bounded while small buckets are probed fully.
-EDGE_COST_FACTOR = 4
-EDGE_COST_FLOOR = 1 << 24
+# Beyond the two real-shape probes, the other probes together cost at most this multiple of the real
+# shape's work ("work units": m*n*k for matmul, rows*cols for row ops), or EXTRA_WORK_FLOOR units,
+# whichever is larger: small buckets are probed fully, a huge key stays near two runs.
+EXTRA_WORK_FACTOR = 0.75
+EXTRA_WORK_FLOOR = 1 << 27
+# Products (matmul, gated, attention) with more work than this are checked with randomized/sampled
+# references; smaller ones against the full float64 oracle.
+CHEAP_CHECK_WORK = 1 << 27
+# Float64 elements per reference step (row chunks): bounds the gate's scratch memory (8 B each, a few live).
+CHUNK_ELEMENTS = 1 << 20
+FREIVALDS_VECTORS = 4
+SAMPLED_ROWS = 8
+LOOSER_ATTR = ("accuracy", "looser")
 
 
 @dataclass(frozen=True)
@@ -40,7 +81,7 @@ class Verdict:
     reason: str  # "" when passed; otherwise what failed, at which probe
     rel_error: float  # worst relative Frobenius error over the probes (nan when none was computed)
     max_excess: float  # worst elementwise |y-ref| / allowed (<= 1 passes)
-    probes: tuple[str, ...]  # the shapes probed, e.g. ("63x65x17", "33x33x17", "64x128x32")
+    probes: tuple[str, ...]  # the probes run, e.g. ("63x65x17", "63x65x17 mixed_rows", "33x33x17 tiny", ...)
     budget: Budget
     looser_budget: bool  # the candidate declared a budget looser than the published one
     seconds: float
@@ -49,6 +90,18 @@ class Verdict:
         if self.passed:
             return f"pass (rel {self.rel_error:.2e})"
         return f"FAIL {self.reason}"
+
+
+@dataclass(frozen=True)
+class Probe:
+    dims: dict
+    family: probes.Family
+    vary_scalars: bool
+
+    @property
+    def label(self) -> str:
+        text = "x".join(str(v) for v in self.dims.values())
+        return text if self.family is probes.BENIGN else f"{text} {self.family.name}"
 
 
 def budget_of(candidate: Candidate, op: str, dtype: str) -> tuple[Budget, bool]:
@@ -60,82 +113,405 @@ def budget_of(candidate: Candidate, op: str, dtype: str) -> tuple[Budget, bool]:
     return default, False
 
 
+def consents_to_looser(region) -> bool:
+    """Whether the caller opted in to looser-than-budget accuracy for this key."""
+    return LOOSER_ATTR in region.key.attrs
+
+
 def _cost(dims: dict) -> int:
     return math.prod(max(v, 1) for v in dims.values())
 
 
+def _edges(region) -> list[tuple[str, tuple[int, ...]]]:
+    return [(name, region.bucket_policy.get(name, POW2).edges(bound)) for name, bound in region.key.bucket]
+
+
+def corner_shapes(region) -> list[dict]:
+    """The bucket's corners with each dimension low or high independently (2^d of them, fewer where equal)."""
+    edges = _edges(region)
+    names = [n for n, _ in edges]
+    combos = itertools.product(*[sorted({e[0], e[-1]}) for _, e in edges])
+    return [dict(zip(names, c)) for c in combos]
+
+
+def skew_shape(region) -> dict:
+    """A shape inside the bucket whose dimensions differ from each other where the bucket allows, with odd
+    tails: dimension i is ``low + 2i`` (clipped to the bucket), so m != n != k, seq_q != seq_k, rows != cols."""
+    shape = {}
+    for i, (name, e) in enumerate(_edges(region)):
+        lo, hi = e[0], e[-1]
+        shape[name] = min(lo + 2 * i, hi) if hi > lo else lo
+    return shape
+
+
+def probe_plan(region) -> list[Probe]:
+    """The probes of one verification, in order (see the module docstring)."""
+    real = dict(region.dims)
+    fams = probes.families(region.op)
+    plan = [Probe(real, probes.BENIGN, False), Probe(real, fams[1] if len(fams) > 1 else probes.BENIGN, True)]
+    corners = corner_shapes(region)
+    low = corners[0]
+    extra = [Probe(low, fam, True) for fam in fams]
+    extra.append(Probe(skew_shape(region), probes.BENIGN, False))
+    extra += [Probe(c, probes.BENIGN, i % 2 == 1) for i, c in enumerate(sorted(corners[1:], key=_cost))]
+    cap = max(EXTRA_WORK_FACTOR * _cost(real), EXTRA_WORK_FLOOR)
+    seen, spent = {(p.label, p.vary_scalars) for p in plan}, 0
+    for probe in extra:
+        if (probe.label, probe.vary_scalars) in seen or (probe.dims == real and probe.family is probes.BENIGN):
+            continue
+        cost = _cost(probe.dims)
+        if spent + cost > cap:
+            continue
+        seen.add((probe.label, probe.vary_scalars))
+        spent += cost
+        plan.append(probe)
+    return plan
+
+
 def probe_shapes(region) -> list[dict]:
-    """The real shape, then the bucket's edge shapes that differ from it and fit the cost cap."""
-    shapes = [dict(region.dims)]
-    cap = max(EDGE_COST_FACTOR * _cost(region.dims), EDGE_COST_FLOOR)
-    for edge in edge_shapes(region.key.bucket, region.bucket_policy):
-        if edge not in shapes and _cost(edge) <= cap:
-            shapes.append(edge)
+    """The distinct shapes ``probe_plan`` probes, in order."""
+    shapes = []
+    for p in probe_plan(region):
+        if p.dims not in shapes:
+            shapes.append(p.dims)
     return shapes
 
 
-def _seed(candidate: Candidate, params: dict, region) -> int:
-    return zlib.crc32(f"{candidate.identity()}|{params_id(params)}|{region.key.id}".encode())
+def _draw(region, probe: Probe, rng) -> object:
+    args = probes.varied_scalars(region, rng) if probe.vary_scalars else region.runtime_args()
+    fresh = region.random(region.target, region.dtype, dict(probe.dims), dict(region.attrs), region.layout, rng,
+                          **args)
+    probe.family.apply(fresh, rng)
+    return fresh
 
 
-def compare(y: np.ndarray, ref: np.ndarray, budget: Budget) -> tuple[str, float, float]:
-    """(failure reason or "", relative Frobenius error, worst elementwise excess)."""
-    if y.shape != ref.shape:
-        return f"output shape {y.shape} should be {ref.shape}", math.nan, math.inf
-    finite_ref = np.isfinite(ref)
-    bad = ~np.isfinite(y) & finite_ref
-    if bad.any():
-        idx = tuple(int(i) for i in np.argwhere(bad)[0])
-        what = "NaN (unwritten or computed)" if np.isnan(y[idx]) else "Inf"
-        return f"{int(bad.sum())} element(s) {what} where the oracle is finite, first at {idx}", math.nan, math.inf
-    mismatch = finite_ref != np.isfinite(y)
-    if mismatch.any() or (~finite_ref & (y != ref) & ~(np.isnan(y) & np.isnan(ref))).any():
-        return "non-finite elements differ from the oracle's", math.nan, math.inf
-    yf, rf = y[finite_ref], ref[finite_ref]
-    if rf.size == 0:  # nothing finite to compare (an empty output, or all non-finite and matching)
-        return "", 0.0, 0.0
-    diff = np.abs(yf - rf)
-    ref_norm = float(np.linalg.norm(rf))
-    rel = float(np.linalg.norm(diff)) / ref_norm if ref_norm > 0 else float(np.linalg.norm(diff))
-    rms = ref_norm / math.sqrt(rf.size) if rf.size else 0.0
-    allowed = budget.atol * max(rms, np.finfo(np.float64).tiny) + budget.rtol * np.abs(rf)
-    excess = diff / allowed
-    worst = float(excess.max())
-    if worst > 1.0:  # name the worst element first: it says where a kernel went wrong
-        full = np.zeros(ref.shape, dtype=np.float64)
-        full[finite_ref] = excess
-        idx = tuple(int(i) for i in np.unravel_index(int(np.argmax(full)), ref.shape))
-        return (f"element {idx} is {y[idx]:.6g}, oracle {ref[idx]:.6g} "
-                f"({worst:.3g}x the elementwise budget; relative error {rel:.2e})"), rel, worst
-    if rel > budget.rel_fro:
-        return f"relative error {rel:.3e} over budget {budget.rel_fro:.0e}", rel, worst
-    return "", rel, worst
+def _copy(value):
+    if hasattr(value, "shape") and hasattr(value, "dtype") and hasattr(value, "copy"):
+        return value.copy()
+    if isinstance(value, tuple):
+        return tuple(_copy(v) for v in value)
+    if isinstance(value, list):
+        return [_copy(v) for v in value]
+    return value
+
+
+def pristine_copy(region):
+    """A copy of ``region`` whose operands are copies (the oracle's inputs, and the unchanged-inputs reference)."""
+    clone = object.__new__(type(region))
+    for cls in type(region).__mro__:
+        for slot in getattr(cls, "__slots__", ()):
+            if hasattr(region, slot):
+                object.__setattr__(clone, slot, None if slot == "out" else _copy(getattr(region, slot)))
+    return clone
+
+
+def changed_inputs(region, pristine) -> str:
+    """"" when every operand of ``region`` equals (bitwise, NaN included) its pristine copy, else which changed."""
+    found = []
+    theirs = pristine.operands()
+    for name, arr in region.operands().items():
+        ref = theirs[name]
+        xp = array_module(arr)
+        same = xp.equal(arr, ref) | (xp.isnan(arr) & xp.isnan(ref)) if arr.dtype.kind in "fc" else xp.equal(arr, ref)
+        bad = int(arr.size - int(same.sum())) if arr.size else 0
+        if bad:
+            found.append(f"{name!r} ({bad} element(s) changed)")
+    return ", ".join(found)
+
+
+def _scalar(v):
+    v = v.item() if hasattr(v, "item") else v
+    return v
+
+
+class Tally:
+    """The comparison with the oracle, accumulated over chunks of one output (or a sample of it).
+
+    Passes when y is finite wherever ref is (and non-finite elements match), the relative Frobenius
+    error is within ``rel_fro`` and every element satisfies ``|y - ref| <= atol * rms(ref) + rtol * |ref|``,
+    rms taken over the whole output (given, for sampled checks, as an estimate).
+    """
+
+    def __init__(self):
+        self.diff2 = self.ref2 = 0.0
+        self.count = 0
+        self.worst = (-math.inf, None, None, None, None)  # (|d| - rtol|ref|, index, y, ref, |d|)
+        self.reason = ""
+
+    def add(self, y, ref, budget: Budget, origin=None, shape=None) -> str:
+        """Compare one chunk; ``origin`` maps a chunk index to the output's index. Returns a fatal reason or ""."""
+        if self.reason:
+            return self.reason
+        xp = array_module(ref)
+        if array_module(y) is not xp:
+            y = np.asarray(targets.get("nvidia").to_host(y)) if xp is np else xp.asarray(y)
+        if y.shape != ref.shape:
+            self.reason = f"output shape {tuple(y.shape)} should be {tuple(ref.shape)}"
+            return self.reason
+        where = origin or (lambda idx: idx)
+        finite_ref = xp.isfinite(ref)
+        bad = ~xp.isfinite(y) & finite_ref
+        if bool(bad.any()):
+            idx = tuple(int(i) for i in xp.argwhere(bad)[0])
+            what = "NaN (unwritten or computed)" if bool(xp.isnan(y[idx])) else "Inf"
+            self.reason = (f"{int(bad.sum())} element(s) {what} where the oracle is finite, "
+                           f"first at {where(idx)}")
+            return self.reason
+        same_nonfinite = (y == ref) | (xp.isnan(y) & xp.isnan(ref))
+        if bool((~finite_ref & ~same_nonfinite).any()):
+            idx = tuple(int(i) for i in xp.argwhere(~finite_ref & ~same_nonfinite)[0])
+            self.reason = (f"non-finite elements differ from the oracle's, first at {where(idx)}: "
+                           f"{_scalar(y[idx])} where the oracle has {_scalar(ref[idx])}")
+            return self.reason
+        if not bool(finite_ref.all()):
+            y, ref = y[finite_ref], ref[finite_ref]
+            flat_index = xp.argwhere(finite_ref)
+            origin_of = (lambda i, fi=flat_index: where(tuple(int(v) for v in fi[i])))
+        else:
+            origin_of = (lambda i, s=ref.shape: where(tuple(int(v) for v in np.unravel_index(i, s))))
+        if ref.size == 0:
+            return ""
+        diff = xp.abs(y - ref)
+        self.diff2 += float((diff * diff).sum()) if diff.dtype.kind != "c" else float((xp.abs(diff) ** 2).sum())
+        self.ref2 += float((xp.abs(ref) ** 2).sum())
+        self.count += int(ref.size)
+        slack = diff - budget.rtol * xp.abs(ref)
+        i = int(xp.argmax(slack.reshape(-1)))
+        s = float(slack.reshape(-1)[i])
+        if s > self.worst[0]:
+            self.worst = (s, origin_of(i), _scalar(y.reshape(-1)[i]), _scalar(ref.reshape(-1)[i]),
+                          float(diff.reshape(-1)[i]))
+        return ""
+
+    def finish(self, budget: Budget, rms: float | None = None, rel: float | None = None) -> tuple[str, float, float]:
+        """(failure reason or "", relative Frobenius error, worst elementwise excess)."""
+        if self.reason:
+            return self.reason, math.nan, math.inf
+        if self.count == 0:
+            return "", 0.0, 0.0
+        ref_norm = math.sqrt(self.ref2)
+        if rel is None:
+            rel = math.sqrt(self.diff2) / ref_norm if ref_norm > 0 else math.sqrt(self.diff2)
+        if rms is None:
+            rms = ref_norm / math.sqrt(self.count)
+        s, idx, yv, rv, d = self.worst
+        allowed = budget.atol * max(rms, np.finfo(np.float64).tiny) + budget.rtol * abs(rv)
+        worst = d / allowed if allowed > 0 else (math.inf if d > 0 else 0.0)
+        if s > budget.atol * max(rms, np.finfo(np.float64).tiny):
+            return (f"element {idx} is {yv:.6g}, oracle {rv:.6g} "
+                    f"({worst:.3g}x the elementwise budget; relative error {rel:.2e})"), rel, worst
+        if rel > budget.rel_fro:
+            return f"relative error {rel:.3e} over budget {budget.rel_fro:.0e}", rel, worst
+        return "", rel, worst
+
+
+def compare(y, ref, budget: Budget) -> tuple[str, float, float]:
+    """(failure reason or "", relative Frobenius error, worst elementwise excess) of a whole output."""
+    tally = Tally()
+    tally.add(y, ref, budget)
+    return tally.finish(budget)
+
+
+# --- checking one probe's output -------------------------------------------------
+def _sub_rows(region, i0: int, i1: int):
+    """``region`` restricted to output rows i0:i1 (a smaller region of the same op), or None."""
+    from arbiter import regions as R
+
+    if isinstance(region, R.Softmax):
+        if region.axis_last:
+            return R.Softmax(region.x[i0:i1], axis=-1), (slice(i0, i1),)
+        return R.Softmax(region.x[:, i0:i1], axis=0), (slice(None), slice(i0, i1))
+    if isinstance(region, R.RMSNorm):
+        return R.RMSNorm(region.x[i0:i1], region.weight, eps=region.eps), (slice(i0, i1),)
+    if isinstance(region, R.LayerNorm):
+        return R.LayerNorm(region.x[i0:i1], region.weight, region.bias, eps=region.eps), (slice(i0, i1),)
+    if isinstance(region, R.FFT):
+        return (R.FFT(region.x[i0:i1], kind=region.kind, inverse=region.inverse, n=region.n if region.c2r else None),
+                (slice(i0, i1),))
+    if isinstance(region, R.Pointwise):
+        steps = [(n,) if o is None else (n, o if isinstance(o, float) else o[i0:i1]) for n, o in region.ops]
+        return R.Pointwise(region.x[i0:i1], steps), (slice(i0, i1),)
+    return None
+
+
+def _row_count(region) -> int:
+    from arbiter import regions as R
+
+    if isinstance(region, R.Softmax) and not region.axis_last:
+        return region.x.shape[1]
+    return region.output_shape()[0] if region.output_shape() else 0
+
+
+def _chunked(region, y, budget) -> tuple[str, float, float]:
+    """The full float64 reference of a row op, a bounded chunk of rows at a time."""
+    oracle = op_kind(region.op).oracle
+    size = math.prod(region.output_shape())
+    rows = _row_count(region)
+    step = max(1, CHUNK_ELEMENTS // max(1, size // max(rows, 1)))
+    tally = Tally()
+    for i0 in range(0, rows, step):
+        sub, index = _sub_rows(region, i0, min(rows, i0 + step))
+        axis = 1 if len(index) == 2 else 0
+
+        def origin(idx, i0=i0, axis=axis):
+            return tuple(v + i0 if d == axis else v for d, v in enumerate(idx))
+
+        if tally.add(y[index], oracle(sub), budget, origin):
+            break
+    return tally.finish(budget)
+
+
+def _rademacher(xp, rng, n: int, s: int):
+    return xp.asarray(rng.integers(0, 2, (n, s)).astype(np.float64) * 2.0 - 1.0)
+
+
+def _rows_times(mat, vecs, xp):
+    """float64(mat) @ vecs, converting a bounded chunk of mat's rows at a time."""
+    rows, cols = mat.shape
+    out = xp.empty((rows, vecs.shape[1]), dtype=np.float64)
+    step = max(1, CHUNK_ELEMENTS // max(cols, 1))
+    for i0 in range(0, rows, step):
+        out[i0:i0 + step] = mat[i0:i0 + step].astype(np.float64) @ vecs
+    return out
+
+
+def _sample_rows(rng, m: int, count: int) -> list[int]:
+    """Random rows, plus the first, the last, and the last row of every partial tile of 8..128."""
+    rows = {0, m - 1} | {int(r) for r in rng.integers(0, m, min(count, m))}
+    rows |= {m - 1 - (m % t) for t in (8, 16, 32, 64, 128) if m % t}
+    return sorted(r for r in rows if 0 <= r < m)
+
+
+def _matmul_sampled(region, y, budget, rng) -> tuple[str, float, float]:
+    """Products at large shapes: exact references on sampled rows and columns; Freivalds over every row when linear."""
+    from arbiter import regions as R
+
+    xp = array_module(y)
+    gated = region.op == "gated"
+    left = region.x if gated else region.a
+    m, n = y.shape
+    oracle = op_kind(region.op).oracle
+    rms = rel = None
+    linear = not gated and region.activation == "none"
+    if linear:
+        # Freivalds: D = y X - (a (b X) + bias X + residual X) for random sign vectors X (n x s).
+        # Row i of D has E[D_i^2] = ||row i of (y - ref)||^2: every row's error norm is estimated, and a single
+        # wrong element e gives |D_i| = |e| exactly.
+        X = _rademacher(xp, rng, n, FREIVALDS_VECTORS)
+        ref_x = _rows_times(left, _rows_times(region.b, X, xp), xp)
+        if region.bias is not None:
+            ref_x += region.bias.astype(np.float64) @ X
+        if region.residual is not None:
+            ref_x += _rows_times(region.residual, X, xp)
+        d = _rows_times(y, X, xp) - ref_x
+        err_rows = xp.sqrt((d * d).mean(axis=1))
+        ref_rows2 = (ref_x * ref_x).mean(axis=1)
+        rms = math.sqrt(float(ref_rows2.sum()) / max(m * n, 1))
+        rel = math.sqrt(float((err_rows ** 2).sum()) / max(float(ref_rows2.sum()), 1e-300))
+        # A row may carry at most the error its elements may carry: sqrt(sum_j (atol rms + rtol |ref_ij|)^2)
+        # <= sqrt(2 (n atol^2 rms^2 + rtol^2 ||ref_i||^2)); 3x for the estimate's own noise.
+        allowed = 3.0 * xp.sqrt(2.0 * (n * (budget.atol * rms) ** 2 + budget.rtol ** 2 * ref_rows2))
+        ratio = err_rows / xp.maximum(allowed, 1e-300)
+        worst_row = int(xp.argmax(ratio))
+        if not bool(xp.isfinite(d).all()):
+            bad = int(xp.argwhere(~xp.isfinite(d).all(axis=1))[0][0])
+            return f"row {bad} holds NaN or Inf (unwritten or computed) where the oracle is finite", math.nan, math.inf
+        if float(ratio[worst_row]) > 1.0:
+            return (f"row {worst_row} is wrong: its error norm {float(err_rows[worst_row]):.3g} is "
+                    f"{float(ratio[worst_row]) / 3.0:.3g}x what the elementwise budget allows a row "
+                    f"(Freivalds check; relative error {rel:.2e})"), rel, math.inf
+        if rel > budget.rel_fro:
+            return f"relative error {rel:.3e} over budget {budget.rel_fro:.0e} (Freivalds estimate)", rel, math.inf
+    tally = Tally()
+    rows = _sample_rows(rng, m, SAMPLED_ROWS if linear else 4 * SAMPLED_ROWS)
+    cols = sorted({n - 1, int(rng.integers(0, n))} | ({n - 1 - n % 128} if n % 128 else set()))
+    idx = xp.asarray(rows)
+    if gated:
+        sub_r = R.Gated(region.x[idx], region.w_gate, region.w_up)
+        sub_c = R.Gated(region.x, region.w_gate[:, cols], region.w_up[:, cols])
+    else:
+        res, bias = region.residual, region.bias
+        sub_r = R.Matmul(region.a[idx], region.b, bias=bias, activation=region.activation,
+                         residual=None if res is None else res[idx])
+        sub_c = R.Matmul(region.a, region.b[:, cols], bias=None if bias is None else bias[cols],
+                         activation=region.activation, residual=None if res is None else res[:, cols])
+    for sub, ys, origin in ((sub_r, y[idx], lambda i: (rows[i[0]], i[1])),
+                            (sub_c, y[:, cols], lambda i: (i[0], cols[i[1]]))):
+        if tally.add(ys, oracle(sub), budget, origin):
+            break
+    return tally.finish(budget, rms=rms, rel=rel)
+
+
+def _attention_sampled(region, y, budget, rng) -> tuple[str, float, float]:
+    """Attention at large shapes: the exact reference for sampled query rows (and the last ones) of every head."""
+    from arbiter.oracles.attention import oracle
+
+    xp = array_module(y)
+    sq = y.shape[2]
+    rows = _sample_rows(rng, sq, SAMPLED_ROWS)
+    tally = Tally()
+    tally.add(y[:, :, xp.asarray(rows), :], oracle(region, rows), budget,
+              lambda i: (i[0], i[1], rows[i[2]], i[3]))
+    return tally.finish(budget)
+
+
+def check_output(region, y, budget: Budget, rng) -> tuple[str, float, float]:
+    """Compare candidate output ``y`` with the float64 oracle of (pristine) ``region`` at about one run's cost."""
+    with oracles.on_device():
+        big = _cost(region.dims) > CHEAP_CHECK_WORK
+        if big and region.op in ("matmul", "gated") and len(y.shape) == 2:
+            return _matmul_sampled(region, y, budget, rng)
+        if big and region.op == "attention":
+            return _attention_sampled(region, y, budget, rng)
+        if math.prod(region.output_shape()) > CHUNK_ELEMENTS and _sub_rows(region, 0, 1) is not None:
+            return _chunked(region, y, budget)
+        return compare(y, op_kind(region.op).oracle(region), budget)
+
+
+def _gate_rng() -> tuple[np.random.Generator, int]:
+    seed = os.environ.get("ARBITER_GATE_SEED")
+    seed = int(seed) if seed else int.from_bytes(os.urandom(8), "little") >> 1
+    return np.random.default_rng(seed), seed
+
+
+def _scalars_text(region) -> str:
+    args = {k: v for k, v in region.runtime_args().items() if v is not None and v != []}
+    return ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={[round(s, 3) for s in v]}"
+                     for k, v in args.items())
 
 
 def verify(candidate: Candidate, params: dict, region) -> Verdict:
     """Run the F4 gate for one solution (candidate + params) at ``region``'s key."""
     start = time.perf_counter()
     budget, looser = budget_of(candidate, region.op, region.dtype)
-    oracle = op_kind(region.op).oracle
-    target = targets.get(region.target)
-    rng = np.random.default_rng(_seed(candidate, params, region))
     worst_rel, worst_excess, probed = 0.0, 0.0, []
 
     def verdict(reason=""):
         return Verdict(not reason, reason, worst_rel if probed else math.nan, worst_excess, tuple(probed),
                        budget, looser, time.perf_counter() - start)
 
-    for dims in probe_shapes(region):
-        probe = region.resized(dims, rng)
-        label = "x".join(str(v) for v in dims.values())
+    if looser and not consents_to_looser(region):
+        default = budget_for(region.op, region.dtype)
+        return verdict(f"declares accuracy looser than the {region.op} {region.dtype} budget "
+                       f"(rel_fro {budget.rel_fro:.0e} > {default.rel_fro:.0e}, or atol/rtol) and the caller "
+                       "has not opted in (region.allow_looser(), arbiter.configure(looser_accuracy=True), "
+                       "or --allow-looser)")
+    target = targets.get(region.target)
+    rng, seed = _gate_rng()
+    for probe in probe_plan(region):
+        fresh = _draw(region, probe, rng)
+        label = probe.label + (f" ({_scalars_text(fresh)})" if probe.vary_scalars and _scalars_text(fresh) else "")
         probed.append(label)
-        applies = candidate.applies_to(probe)
+        applies = candidate.applies_to(fresh)
         if applies is not True:
-            # It accepted the real shape but not this edge of the bucket: it cannot serve the bucket.
+            # It accepted the real shape but not this probe of its bucket: it cannot serve the bucket.
             return verdict(f"at {label}: does not apply to the bucket's edge ({applies or 'declined'})")
-        out = target.full(probe.output_shape(), np.nan, probe.out_dtype)  # poison
+        pristine = pristine_copy(fresh)
+        # The gate's own output, poisoned here: never the production allocator (which may hand out
+        # uninitialised or recycled memory), so an unwritten element is always NaN.
+        out = target.full(fresh.output_shape(), np.nan, fresh.out_dtype)
         try:
-            result = candidate.run(probe.with_out(out), params)
+            result = candidate.run(fresh.with_out(out), params)
             target.synchronize()
         except Exception as exc:  # any failure of the candidate is its verdict, never ours
             return verdict(f"at {label}: raised {type(exc).__name__}: {exc}")
@@ -143,20 +519,49 @@ def verify(candidate: Candidate, params: dict, region) -> Verdict:
             return verdict(f"at {label}: declined ({result.reason}); a decliner may not win")
         if result is not out:
             return verdict(f"at {label}: returned a new array instead of writing the given output")
-        y = np.asarray(target.to_host(out))
-        y = y.astype(np.complex128 if np.iscomplexobj(y) else np.float64)  # complex outputs stay complex
-        reason, rel, excess = compare(y, oracle(probe), budget)
+        changed = changed_inputs(fresh, pristine)
+        if changed:
+            return verdict(f"at {label}: wrote to its input {changed}; inputs must stay unchanged")
+        del fresh
+        fam_budget = budget if looser else probe.family.budget_for(region.op, region.dtype)
+        if looser:  # a declared budget applies to every family, but never tighter than the family's own
+            fb = probe.family.budget_for(region.op, region.dtype)
+            fam_budget = Budget(max(budget.rel_fro, fb.rel_fro), max(budget.atol, fb.atol), max(budget.rtol, fb.rtol))
+        reason, rel, excess = check_output(pristine, out, fam_budget, rng)
         worst_rel = max(worst_rel, rel) if not math.isnan(rel) else rel
         worst_excess = max(worst_excess, excess)
         if reason:
-            return verdict(f"at {label}: {reason}")
+            return verdict(f"at {label}: {reason} [gate seed {seed}]")
     return verdict()
+
+
+# --- the gate's own version and the verdict cache --------------------------------
+_GATE_MODULES = ("arbiter.verify", "arbiter.probes", "arbiter.oracles", "arbiter.oracles.budgets",
+                 "arbiter.ops", "arbiter.keys")
+_gate_version: str | None = None
+
+
+def gate_version() -> str:
+    """A digest of the gate's rules: this module, the probe catalogue, budgets, every op's oracle."""
+    global _gate_version
+    if _gate_version is None:
+        h = hashlib.sha256()
+        names = list(_GATE_MODULES) + sorted({k.oracle.__module__ for k in __import__("arbiter.ops").ops.OPS.values()})
+        for name in names:
+            module = sys.modules.get(name)
+            try:
+                h.update(inspect.getsource(module).encode())
+            except (OSError, TypeError):
+                h.update(name.encode())
+        _gate_version = h.hexdigest()[:12]
+    return _gate_version
 
 
 def verdict_for(candidate: Candidate, params: dict, region, store, env, verifier=None) -> tuple[Verdict, bool]:
     """The cached verdict, or a new one (saved). Returns (verdict, was_computed_now).
 
-    ``verifier`` replaces ``verify`` (e.g. ``arbiter.isolate.Isolated().verify``).
+    ``verifier`` replaces ``verify`` (e.g. ``arbiter.isolate.Isolated().verify``). The candidate's
+    ``identity()`` covers its behaviour and the gate's version, so a change to either takes a new verdict.
     """
     vkey = VerdictKey(candidate.identity(), params_id(params), region.key.id, env.fingerprint)
     found = store.load_verdict(vkey)

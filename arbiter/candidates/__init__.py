@@ -136,12 +136,26 @@ class Candidate:
         except (OSError, TypeError):
             return type(self).__qualname__
 
+    def functions(self) -> list:
+        """The functions whose code, captured constants and referenced helpers make up the behaviour."""
+        found = []
+        for cls in type(self).__mro__:
+            if cls in (Candidate, FunctionCandidate, object):
+                break
+            for value in vars(cls).values():
+                value = getattr(value, "__func__", value)  # staticmethod / classmethod
+                if isinstance(value, property):
+                    value = value.fget
+                if inspect.isfunction(value) or hasattr(value, "py_func"):
+                    found.append(value)
+        return found
+
     def identity(self) -> str:
-        cached = self.__dict__.get("_identity")
-        if cached is None:
-            digest = hashlib.sha256(self.source().encode()).hexdigest()[:16]
-            cached = self.__dict__["_identity"] = f"{self.name}@{digest}"
-        return cached
+        """``name@digest`` of the behaviour: ``source()``, the project code it uses, the constants it captures,
+        its plain instance attributes, and the gate's version (see ``behaviour_text``). Recomputed on every
+        call (a captured constant may change after registration); the code parts are cached per function."""
+        digest = hashlib.sha256(behaviour_text(self).encode()).hexdigest()[:16]
+        return f"{self.name}@{digest}"
 
     def __repr__(self):
         return f"<candidate {self.target}/{self.op}/{self.name} {self.tier.name}>"
@@ -166,6 +180,9 @@ class FunctionCandidate(Candidate):
     def run(self, region, params):
         return self.fn(region)
 
+    def functions(self):
+        return [f for f in (self.fn, self._available, self._applies) if f is not None]
+
     def source(self):
         parts = [self.fn, self._available, self._applies]
         text = []
@@ -177,6 +194,142 @@ class FunctionCandidate(Candidate):
             except (OSError, TypeError):
                 text.append(getattr(part, "__qualname__", repr(part)))
         return "\n".join(text)
+
+
+# --- behaviour identity ------------------------------------------------------------
+# What a verdict must be re-taken for: the candidate's own code, the code of the project modules and
+# helpers it references (third-party code by its installed package version), the constants it captures
+# (closure cells, defaults, referenced module-level values, plain instance attributes) and the gate's
+# own version (budgets, oracles, probe catalogue). Code parts are cached per code object; values are
+# read afresh each time.
+_code_text: dict = {}
+_MAX_DEPTH = 3
+
+
+def _is_project_file(path: str | None) -> bool:
+    """A module file outside the standard library and installed packages (the user's or this project's code)."""
+    if not path:
+        return False
+    import sysconfig
+
+    installed = {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    return not any(path.startswith(p + os.sep) for p in installed if p)
+
+
+def _package_version(module_name: str) -> str:
+    top = module_name.split(".", 1)[0]
+    from importlib import metadata
+
+    try:
+        dists = metadata.packages_distributions().get(top) or [top]
+        return f"{top}=={metadata.version(dists[0])}"
+    except Exception:  # stdlib, or a module without distribution metadata
+        import sys
+
+        return f"{top}=={getattr(sys.modules.get(top), '__version__', 'builtin')}"
+
+
+def _value_text(value, depth: int = 0) -> str:
+    """Inspectable constants as text; arrays by content digest; anything else by its type."""
+    if isinstance(value, (bool, int, float, complex, str, bytes, type(None))):
+        return repr(value)
+    if depth < _MAX_DEPTH and isinstance(value, (tuple, list, set, frozenset)):
+        items = [_value_text(v, depth + 1) for v in value]
+        return f"{type(value).__name__}({','.join(sorted(items) if isinstance(value, (set, frozenset)) else items)})"
+    if depth < _MAX_DEPTH and isinstance(value, dict):
+        return "{" + ",".join(f"{_value_text(k, depth + 1)}:{_value_text(v, depth + 1)}"
+                              for k, v in sorted(value.items(), key=lambda kv: repr(kv[0]))) + "}"
+    if hasattr(value, "dtype") and hasattr(value, "shape") and hasattr(value, "tobytes"):
+        try:
+            if value.size <= 1 << 20:
+                return f"array({value.dtype},{value.shape},{hashlib.sha256(value.tobytes()).hexdigest()[:16]})"
+        except Exception:
+            pass
+        return f"array({value.dtype},{value.shape})"
+    if isinstance(value, enum.Enum):
+        return repr(value)
+    return f"<{type(value).__module__}.{type(value).__qualname__}>"
+
+
+def _code_names(code) -> set:
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if inspect.iscode(const):
+            names |= _code_names(const)
+    return names
+
+
+def _function_text(fn, seen: set, depth: int) -> str:
+    fn = getattr(fn, "py_func", fn)  # a numba dispatcher: its Python function
+    if not inspect.isfunction(fn) or id(fn) in seen or depth > _MAX_DEPTH:
+        return ""
+    seen.add(id(fn))
+    code = fn.__code__
+    static = _code_text.get(code)
+    if static is None:
+        try:
+            static = inspect.getsource(fn)
+        except (OSError, TypeError):
+            static = hashlib.sha256(code.co_code).hexdigest()
+        static = _code_text[code] = f"{fn.__module__}.{fn.__qualname__}:{static}"
+    parts = [static, "defaults=" + _value_text(fn.__defaults__), "kwdefaults=" + _value_text(fn.__kwdefaults__)]
+    for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
+        try:
+            parts.append(f"cell {name}=" + _referenced_text(cell.cell_contents, seen, depth))
+        except ValueError:  # an empty cell
+            parts.append(f"cell {name}=<empty>")
+    for name in sorted(_code_names(code)):
+        if name in fn.__globals__:
+            parts.append(f"global {name}=" + _referenced_text(fn.__globals__[name], seen, depth))
+    return "\n".join(parts)
+
+
+def _referenced_text(value, seen: set, depth: int) -> str:
+    """A referenced global or captured value: project code by its source, third-party code by its package
+    version, anything else by its value."""
+    if inspect.ismodule(value):
+        path = getattr(value, "__file__", None)
+        if _is_project_file(path):
+            try:  # keyed by the file's state: an edited (and reloaded) module is read again
+                st = os.stat(path)
+                key = ("module", value.__name__, path, st.st_mtime_ns, st.st_size)
+            except OSError:
+                key = ("module", value.__name__, path)
+            if key not in _code_text:
+                try:
+                    _code_text[key] = inspect.getsource(value)
+                except (OSError, TypeError):
+                    _code_text[key] = value.__name__
+            return f"module {value.__name__}:{hashlib.sha256(_code_text[key].encode()).hexdigest()[:16]}"
+        return _package_version(value.__name__)
+    target = getattr(value, "py_func", value)
+    if inspect.isfunction(target) or inspect.isclass(target):
+        module = inspect.getmodule(target)
+        if module is not None and not _is_project_file(getattr(module, "__file__", None)):
+            return _package_version(module.__name__)
+        if inspect.isfunction(target):
+            return _function_text(target, seen, depth + 1) or f"{target.__qualname__} (seen)"
+        try:
+            return inspect.getsource(target)
+        except (OSError, TypeError):
+            return target.__qualname__
+    if callable(value) and not hasattr(value, "dtype"):
+        module = getattr(value, "__module__", None) or type(value).__module__
+        return _package_version(module) if module else repr(type(value))
+    return _value_text(value)
+
+
+def behaviour_text(candidate) -> str:
+    """Everything ``Candidate.identity`` digests (see the section comment above)."""
+    from arbiter.verify import gate_version
+
+    seen: set = set()
+    parts = [candidate.source(), f"gate={gate_version()}"]
+    for fn in candidate.functions():
+        parts.append(_function_text(fn, seen, 0))
+    attrs = {k: v for k, v in vars(candidate).items() if not k.startswith("_") or k in ("_available", "_applies")}
+    parts.append("attrs=" + _value_text({k: v for k, v in attrs.items() if not callable(v)}))
+    return "\n".join(parts)
 
 
 class CandidateRegistry:

@@ -3,17 +3,26 @@ from __future__ import annotations
 
 import numpy as np
 
-from arbiter.oracles import host64
+from arbiter.oracles import array_module, host64
 
 
-def oracle(region) -> np.ndarray:
+def oracle(region, queries=None) -> np.ndarray:
+    """The reference output; with ``queries`` (query indices) only those rows: ``[batch, heads, len(queries), d]``.
+
+    The causal mask is anchored at absolute query positions, so sampled rows see the same keys as in the full output.
+    """
     q, k, v = (host64(region, a) for a in (region.q, region.k, region.v))
-    scores = region.scale * (q @ np.swapaxes(k, -1, -2))  # [batch, heads, q_len, k_len]
+    xp = array_module(q)
+    sq_all = q.shape[-2]
+    rows = xp.arange(sq_all) if queries is None else xp.asarray(queries)
+    if queries is not None:
+        q = q[..., rows, :]
+    scores = region.scale * (q @ xp.swapaxes(k, -1, -2))  # [batch, heads, len(rows), k_len]
     if region.causal:  # top-left aligned: query i sees keys 0..i
-        sq, sk = scores.shape[-2:]
-        scores = np.where(np.arange(sk)[None, :] > np.arange(sq)[:, None], -np.inf, scores)
+        sk = scores.shape[-1]
+        scores = xp.where(xp.arange(sk)[None, :] > rows[:, None], -xp.inf, scores)
     if scores.size == 0:
-        return np.zeros(q.shape)
-    p = np.exp(scores - scores.max(axis=-1, keepdims=True))
+        return xp.zeros(q.shape)
+    p = xp.exp(scores - scores.max(axis=-1, keepdims=True))
     p /= p.sum(axis=-1, keepdims=True)
     return p @ v

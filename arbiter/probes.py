@@ -1,0 +1,308 @@
+"""The probe catalogue of the F4 gate: value families per op, beside benign data.
+
+Benign data (standard normal, what ``Region.random`` draws) finds arithmetic and indexing bugs.
+It does not find the corners a kernel author cuts on purpose because "real data never does
+that": a softmax without max-subtraction (overflows on large logits), a norm that drops ``eps``
+(divides by zero on near-constant rows), a one-pass variance ``E[x^2] - E[x]^2`` (cancels on rows
+with a large common offset), half-precision accumulation (overflows on large values), a tanh
+from ``exp(2x)`` (inf/inf on wide inputs). Each family here draws the values that break one such
+corner, and the gate probes every family of the op (``families(op)``) with fresh data.
+
+A family rewrites a freshly drawn probe region's operands in place (array-module generic: NumPy
+on the host, CuPy on a GPU) and may carry its own budget where the mathematics demands it (a
+layernorm row with offset 300 and spread 1 is 300 times worse conditioned than a centred one,
+so a correct float32 kernel loses ~300 ulps there). ``markdown()`` publishes the catalogue in
+``docs/budgets.md`` (generated with the budget table; a test keeps it in step).
+
+Runtime scalars (``eps``, attention ``scale``, pointwise constants) are not part of the problem
+key; the gate varies them instead (``varied_scalars``): the first real-shape probe uses the
+caller's values, the others use different ones, so a kernel that hard-codes the value it was
+gated with fails (see docs/architecture.md, "Runtime scalars are varied, not keyed").
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from arbiter import targets
+from arbiter.oracles.budgets import Budget, budget_for
+
+_FINFO_MAX = {"float16": 65504.0, "bfloat16": 3.3895e38, "float32": 3.4028e38, "float64": 1.7976e308,
+              "complex64": 3.4028e38, "complex128": 1.7976e308}
+
+
+def exp_range(dtype: str) -> float:
+    """ln(largest finite value): exp(x) overflows ``dtype`` beyond it (88.7 for float32, 11.1 for float16)."""
+    return math.log(_FINFO_MAX[dtype])
+
+
+@dataclass(frozen=True)
+class Family:
+    """One value family: ``apply(region, rng)`` rewrites a fresh probe region's operands in place."""
+
+    name: str
+    ops: tuple[str, ...]
+    text: str  # what it draws and which corner it catches (published)
+    apply: Callable
+    # dtype -> Budget for this family, where the maths needs more room than the op's budget; None: the op's.
+    budget: Callable | None = None
+    budget_text: str = ""
+
+    def budget_for(self, op: str, dtype: str) -> Budget:
+        return self.budget(op, dtype) if self.budget is not None else budget_for(op, dtype)
+
+
+def _host_rng_array(region, shape, values):
+    """``values`` (a host float64 array) as an array of ``region``'s dtype on its target."""
+    return targets.get(region.target).from_host(np.asarray(values, dtype=np.float64).reshape(shape), region.dtype)
+
+
+# --- softmax ----------------------------------------------------------------
+def _softmax_large_logits(region, rng):
+    """Rows offset by up to +-1.5 x the dtype's exp range, spread up to 1/8 of it."""
+    x = region.x
+    rows_axis = 0 if region.axis_last else 1
+    n_rows = x.shape[rows_axis]
+    lim = exp_range(region.dtype)
+    offsets = rng.uniform(-1.5 * lim, 1.5 * lim, n_rows)
+    offsets[: min(n_rows, 2)] = (1.5 * lim, -1.5 * lim)[: min(n_rows, 2)]  # both signs always present
+    shape = (n_rows, 1) if region.axis_last else (1, n_rows)
+    x *= lim / 16.0  # benign x has std 2: spread ~ lim / 8
+    x += _host_rng_array(region, shape, offsets)
+
+
+def _softmax_constant_rows(region, rng):
+    """Equal values along the axis (zeros, a large constant): the answer is exactly 1/cols."""
+    x = region.x
+    rows_axis = 0 if region.axis_last else 1
+    n_rows = x.shape[rows_axis]
+    lim = exp_range(region.dtype)
+    values = rng.choice([0.0, 1.5 * lim, -1.5 * lim, 1e-3], n_rows)
+    shape = (n_rows, 1) if region.axis_last else (1, n_rows)
+    x *= 0
+    x += _host_rng_array(region, shape, values)
+
+
+def _softmax_masked(region, rng):
+    """-inf entries (attention-style masks), at least one finite entry per row."""
+    x = region.x
+    host = np.asarray(targets.get(region.target).to_host(x), dtype=np.float64)
+    hx = host if region.axis_last else host.T
+    mask = rng.random(hx.shape) < 0.5
+    mask[np.arange(hx.shape[0]), rng.integers(0, hx.shape[1], hx.shape[0])] = False
+    hx[mask] = -np.inf
+    x[...] = targets.get(region.target).from_host(host, region.dtype)
+
+
+# --- rmsnorm / layernorm -----------------------------------------------------
+def _row_offsets(region, values):
+    return targets.get(region.target).from_host(np.asarray(values, dtype=np.float64)[:, None], region.dtype)
+
+
+def _eps_dominated(region, rng):
+    """Rows whose mean square is near ``eps`` (so eps matters), some exactly zero or constant."""
+    x = region.x
+    rows = x.shape[0]
+    scale = math.sqrt(region.eps) * rng.choice([0.0, 0.1, 0.5, 1.0, 2.0], rows)
+    scale[: min(rows, 1)] = 0.0  # an all-zero (or, for layernorm, exactly constant) row
+    x *= _row_offsets(region, scale / 2.0)  # benign rows have std 2
+    if region.op == "layernorm":  # exactly constant rows (zero variance: the answer is bias); small integers
+        # keep every summation order exact, so a correct kernel's mean is exactly the constant
+        x += _row_offsets(region, np.where(scale == 0.0, rng.integers(-3, 4, rows), 0).astype(np.float64))
+
+
+OFFSET, SPREAD = 300.0, 0.1
+
+
+def _large_offset(region, rng):
+    """Rows of spread 0.1 shifted by +300 (and -300): a one-pass variance E[x^2] - E[x]^2 cancels here."""
+    x = region.x
+    rows = x.shape[0]
+    x *= SPREAD / 2.0  # benign rows have std 2
+    sign = np.where(rng.random(rows) < 0.5, -1.0, 1.0)
+    sign[0] = 1.0
+    x += _row_offsets(region, OFFSET * sign - (3.0 if region.op == "layernorm" else 0.0))
+
+
+def _large_magnitude(region, rng):
+    """Values whose squares overflow half precision (or come near float32's range): accumulate wider."""
+    x = region.x
+    cols = x.shape[-1]
+    big = min(2.0 * math.sqrt(_FINFO_MAX[region.dtype]), math.sqrt(_FINFO_MAX["float32"] / max(cols, 1)) / 16.0)
+    big = min(big, _FINFO_MAX[region.dtype] / 64.0)
+    x *= big / 2.0
+
+
+def _offset_budget(op, dtype):
+    if op != "layernorm":  # x / rms(x) has no cancellation: the op's budget holds
+        return budget_for(op, dtype)
+    # Conditioning of (x - mean) / std with |x| ~ 300, std ~ 0.1: rounding is amplified |x| / std = 3000-fold.
+    # A one-pass variance is off by ~ulp * (|x| / std)^2 instead: 0.5 relative in float32, 3e-8 x 3000 over this.
+    b = budget_for(op, dtype)
+    f = OFFSET / SPREAD
+    return Budget(rel_fro=min(b.rel_fro * f, 1e-1), atol=min(b.atol * f, 1.0), rtol=min(b.rtol * f, 1.0))
+
+
+# --- attention ---------------------------------------------------------------
+def _attention_large_logits(region, rng):
+    """q and k scaled so scores reach +-1.5 x the exp range: softmax without max-subtraction overflows."""
+    lim = exp_range(region.dtype)
+    d = region.q.shape[-1]
+    # benign q, k are standard normal: score std = scale * sqrt(d); target std ~ lim / 2.
+    target_std = lim / 2.0
+    factor = math.sqrt(target_std / max(abs(region.scale) * math.sqrt(max(d, 1)), 1e-30))
+    region.q *= factor
+    region.k *= factor
+    region.k[..., : min(region.k.shape[2], 1), :] *= 3.0  # one key far above the rest: an extreme max
+
+
+def _logits_budget(op, dtype):
+    # Scores near the exp range carry absolute rounding error ~ ulp * |score|: relative to a centred
+    # softmax that is ~ lim times more, so this family gets lim x the op's budget.
+    b = budget_for(op, dtype)
+    f = exp_range(dtype)
+    return Budget(rel_fro=min(b.rel_fro * f, 1e-1), atol=min(b.atol * f, 1.0), rtol=min(b.rtol * f, 1.0))
+
+
+# --- matmul / gated ------------------------------------------------------------
+def _mixed_rows(region, rng):
+    """Rows of the left operand scaled by 10^U(-3, 3), some exactly zero: magnitudes and signs mixed."""
+    a = region.a if region.op == "matmul" else region.x
+    rows = a.shape[0]
+    scale = 10.0 ** rng.uniform(-3, 3, rows)
+    scale *= np.where(rng.random(rows) < 0.5, -1.0, 1.0)
+    scale[rng.random(rows) < 0.1] = 0.0
+    if region.dtype in ("float16", "bfloat16"):
+        scale = np.clip(scale, -8.0, 8.0)  # stays far from half precision's range
+    a *= _row_offsets(region, scale)
+
+
+def _tiny(region, rng):
+    """Small but normal values (outputs ~1e-3 of the dtype's normal range above its smallest normal)."""
+    a = region.a if region.op == "matmul" else region.x
+    factor = {"float16": 2.0 ** -6, "bfloat16": 1e-18, "float32": 1e-18, "float64": 1e-150}[region.dtype]
+    a *= factor
+
+
+# --- pointwise ---------------------------------------------------------------
+def _pointwise_wide(region, rng):
+    """Inputs spread over +-0.45 x the exp range with exact zeros: a tanh or sigmoid built from exp(2x)
+    overflows to inf/inf there."""
+    lim = 0.45 * exp_range(region.dtype)
+    for arr in [region.x] + region.tensors():
+        arr *= lim / 3.0
+        flat = arr.reshape(-1) if arr.flags.c_contiguous else None
+        if flat is not None and flat.size:
+            flat[:: 7] = 0
+
+
+# --- fft ----------------------------------------------------------------------
+def _fft_structured(region, rng):
+    """Constant rows, single impulses and alternating signs: all energy in one bin (zero, Nyquist)."""
+    x = region.x
+    host = np.asarray(targets.get(region.target).to_host(x)).copy()
+    rows, n = host.shape
+    for r in range(rows):
+        kind = r % 3
+        row = np.zeros(n, dtype=host.dtype)
+        if kind == 0:
+            row[:] = 1.0
+        elif kind == 1:
+            row[rng.integers(0, n)] = 1.0
+        else:
+            row[:] = np.where(np.arange(n) % 2 == 0, 1.0, -1.0)
+        host[r] = row
+    x[...] = targets.get(region.target).from_host(host, region.dtype)
+
+
+def _benign(region, rng):
+    """Standard normal operands as ``Region.random`` draws them (layernorm rows offset by +3)."""
+
+
+BENIGN = Family("benign", ("*",), "standard normal operands (`Region.random`; layernorm rows offset by +3)",
+                _benign)
+
+CATALOGUE: tuple[Family, ...] = (
+    Family("large_logits", ("softmax",),
+           "rows offset by up to +-1.5x the dtype's exp range (ln max: 88.7 float32, 11.1 float16), spread up to "
+           "1/8 of it; catches softmax without max-subtraction (overflow to inf/inf, or 0/0 underflow)",
+           _softmax_large_logits),
+    Family("constant_rows", ("softmax",),
+           "rows of one value (0, 1e-3, +-1.5x the exp range): the answer is exactly 1/cols",
+           _softmax_constant_rows),
+    Family("masked", ("softmax",),
+           "half the entries -inf (a mask), at least one finite entry per row", _softmax_masked),
+    Family("large_logits", ("attention",),
+           "q and k scaled so scores have std 1/2 of the exp range, one key 3x further: catches attention "
+           "without max-subtraction (or with a stale max in an online softmax)",
+           _attention_large_logits, _logits_budget,
+           "the op's budget x the exp range (88.7 float32): scores near it carry ~88x the rounding error"),
+    Family("eps_dominated", ("rmsnorm", "layernorm"),
+           "rows with mean square (variance) 0 to 4x eps, the first exactly zero (constant): catches a kernel "
+           "that ignores or hard-codes eps (0/0, or a wrong scale)",
+           _eps_dominated),
+    Family("large_offset", ("rmsnorm", "layernorm"),
+           "rows of spread 0.1 shifted by +-300: catches a one-pass variance E[x^2] - E[x]^2 (cancellation)",
+           _large_offset, _offset_budget,
+           "layernorm: the op's budget x 3000 (capped at rel_fro 0.1, atol and rtol 1): the condition number of "
+           "(x - mean)/std is |x|/std = 3000; a one-pass variance errs by ulp x 3000^2"),
+    Family("large_magnitude", ("rmsnorm", "layernorm"),
+           "|x| up to 2 sqrt(max) of half precision (squares overflow fp16), up to sqrt(float32 max / cols) / 16 "
+           "otherwise: catches sums of squares accumulated in the input's half precision",
+           _large_magnitude),
+    Family("mixed_rows", ("matmul", "gated"),
+           "rows of the left operand scaled by +-10^U(-3,3), 10% exactly zero", _mixed_rows),
+    Family("tiny", ("matmul", "gated"),
+           "left operand scaled to 1e-18 (float32), 2^-6 (float16), 1e-150 (float64): outputs small but normal; "
+           "catches absolute thresholds and flush-to-zero of normal values",
+           _tiny),
+    Family("wide", ("pointwise",),
+           "inputs spread over +-0.45x the exp range, every 7th exactly zero: catches tanh/sigmoid/silu built "
+           "from exp(2x) (inf/inf)",
+           _pointwise_wide),
+    Family("structured", ("fft",),
+           "constant rows, single impulses, alternating signs: all energy in the zero or Nyquist bin",
+           _fft_structured),
+)
+
+
+def families(op: str) -> list[Family]:
+    """Benign first, then the op's adversarial families."""
+    return [BENIGN] + [f for f in CATALOGUE if op in f.ops]
+
+
+# --- runtime scalars ----------------------------------------------------------
+def varied_scalars(region, rng) -> dict:
+    """``runtime_args`` for a probe: different values from the caller's ``region.runtime_args()``.
+
+    eps: 10x or 1/10x the caller's (kept in (0, 0.1]); attention scale: x0.5 or x1.7 with a random sign
+    of the change; pointwise scalars: each redrawn from +-U(0.25, 3).
+    """
+    args = dict(region.runtime_args())
+    if "eps" in args:
+        eps = args["eps"]
+        args["eps"] = eps * 10.0 if eps * 10.0 <= 0.1 else eps / 10.0
+    if "scale" in args and args["scale"] is not None:
+        args["scale"] = args["scale"] * float(rng.choice([0.5, 1.7]))
+    if "scalars" in args:
+        args["scalars"] = [float(rng.uniform(0.25, 3.0) * rng.choice([-1.0, 1.0])) for _ in args["scalars"]]
+    return args
+
+
+def markdown() -> str:
+    """The catalogue as ``docs/budgets.md`` publishes it (below the budget table)."""
+    lines = ["", "## Probe catalogue", "",
+             "Every probe draws fresh data. The gate probes, in order: the real shape with benign data and the",
+             "caller's runtime scalars; the real shape again with new data, the op's first adversarial family and",
+             "varied scalars; every family at the bucket's low corner; the bucket's corners with each dimension",
+             "low or high independently; a shape whose dimensions all differ, with tails that are not multiples",
+             "of 8, 16, 32, 64 or 128 (see `arbiter.verify.probe_plan`). Runtime scalars vary: eps x10 (or /10),",
+             "attention scale x0.5 or x1.7, pointwise constants redrawn from +-U(0.25, 3).", "",
+             "| op | family | values | budget |", "| --- | --- | --- | --- |"]
+    for fam in (BENIGN,) + CATALOGUE:
+        ops = "(every op)" if fam.ops == ("*",) else ", ".join(fam.ops)
+        lines.append(f"| {ops} | {fam.name} | {fam.text} | {fam.budget_text or 'the op budget'} |")
+    return "\n".join(lines) + "\n"

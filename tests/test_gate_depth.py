@@ -1,0 +1,557 @@
+"""Gate depth (issue 15): wrong kernels written the way real kernels go wrong are rejected, each with its
+reason; correct alternatives (other algorithms, other summation orders, split-precision products) pass.
+
+Every wrong candidate here was served by the gate before this change (one benign probe per shape, the
+two all-low/all-high corners, scalars fixed, the oracle computed after the run, verdicts keyed on the
+candidate's own source); ``benchmarks/gate_classes.py`` replays them against the old gate.
+"""
+import importlib
+import math
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import arbiter
+from arbiter import Candidate, Contract, Tier, dispatch
+from arbiter.candidates import REGISTRY
+from arbiter.ops import op_kind
+from arbiter.regions import Attention, LayerNorm, Matmul, Pointwise, RMSNorm, Softmax
+from arbiter.verify import CHEAP_CHECK_WORK, check_output, probe_plan, verify
+
+
+class Wrong(Candidate):
+    target, tier, priority = "cpu", Tier.HAND_TUNED, 100
+
+
+def _softmax_rows(x, axis=-1):
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+# --- 1. memoized output -------------------------------------------------------------
+class Memoized(Wrong):
+    """Caches its first result per shape and hands it back afterwards."""
+
+    name, op = "memoized", "softmax"
+
+    def __init__(self):
+        self.cache = {}
+
+    def run(self, region, params):
+        out = region.alloc_out()
+        key = region.x.shape
+        if key not in self.cache:
+            self.cache[key] = _softmax_rows(region.x.astype(np.float64), region.axis).astype(out.dtype)
+        out[...] = self.cache[key]
+        return out
+
+
+# --- 2. benign data only --------------------------------------------------------------
+class SoftmaxNoMax(Wrong):
+    name, op = "softmax_no_max", "softmax"
+
+    def run(self, region, params):
+        out = region.alloc_out()
+        e = np.exp(region.x)
+        out[...] = e / e.sum(axis=region.axis, keepdims=True)
+        return out
+
+
+class AttentionNoMax(Wrong):
+    name, op = "attention_no_max", "attention"
+
+    def run(self, region, params):
+        out = region.alloc_out()
+        s = region.scale * (region.q @ np.swapaxes(region.k, -1, -2))
+        if region.causal:
+            sq, sk = s.shape[-2:]
+            s = np.where(np.arange(sk)[None, :] > np.arange(sq)[:, None], -np.inf, s)
+        p = np.exp(s)
+        out[...] = (p / p.sum(axis=-1, keepdims=True)) @ region.v
+        return out
+
+
+class RMSNormNoEps(Wrong):
+    name, op = "rmsnorm_no_eps", "rmsnorm"
+
+    def run(self, region, params):
+        out = region.alloc_out()
+        x = region.x
+        out[...] = x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True)) * region.weight
+        return out
+
+
+class LayerNormNoEps(Wrong):
+    name, op = "layernorm_no_eps", "layernorm"
+
+    def run(self, region, params):
+        out = region.alloc_out()
+        x = region.x
+        c = x - x.mean(axis=-1, keepdims=True)
+        y = c / np.sqrt(np.mean(c * c, axis=-1, keepdims=True)) * region.weight
+        out[...] = y + region.bias if region.bias is not None else y
+        return out
+
+
+class LayerNormOnePass(Wrong):
+    """var = E[x^2] - E[x]^2 in the input's precision: fine on centred data, cancels on offset rows."""
+
+    name, op = "layernorm_one_pass", "layernorm"
+
+    def run(self, region, params):
+        out = region.alloc_out()
+        x = region.x
+        mean = x.mean(axis=-1, keepdims=True, dtype=x.dtype)
+        var = np.mean(x * x, axis=-1, keepdims=True, dtype=x.dtype) - mean * mean
+        y = (x - mean) / np.sqrt(var + region.eps) * region.weight
+        out[...] = y + region.bias if region.bias is not None else y
+        return out
+
+
+# --- 3. hard-coded runtime scalars ------------------------------------------------------
+class RMSNormFixedEps(Wrong):
+    name, op = "rmsnorm_fixed_eps", "rmsnorm"
+
+    def run(self, region, params):
+        out = region.alloc_out()
+        x = region.x
+        out[...] = x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + 1e-6) * region.weight
+        return out
+
+
+class AttentionFixedScale(Wrong):
+    name, op = "attention_fixed_scale", "attention"
+
+    def run(self, region, params):
+        out = region.alloc_out()
+        s = (region.q @ np.swapaxes(region.k, -1, -2)) / math.sqrt(region.q.shape[-1])
+        out[...] = _softmax_rows(s) @ region.v
+        return out
+
+
+class PointwiseFixedScalar(Wrong):
+    """``add[s]`` with the constant it was first gated with (1.5) baked in."""
+
+    name, op = "pointwise_fixed_scalar", "pointwise"
+
+    def run(self, region, params):
+        out = region.alloc_out()
+        out[...] = region.x + 1.5
+        return out
+
+
+# --- 4. shapes ---------------------------------------------------------------------------
+class SquareOnly(Wrong):
+    """Launches an m x m grid of output tiles: right whenever m == n."""
+
+    name, op = "square_only", "matmul"
+
+    def run(self, region, params):
+        out = region.alloc_out()
+        m = region.a.shape[0]
+        w = min(m, out.shape[1])
+        out[:, :w] = (region.a @ region.b)[:, :w]
+        return out
+
+
+class SameLengths(Wrong):
+    """Assumes seq_q == seq_k: takes the key count from q."""
+
+    name, op = "same_lengths", "attention"
+
+    def run(self, region, params):
+        out = region.alloc_out()
+        sq = region.q.shape[2]
+        k, v = region.k[:, :, :sq], region.v[:, :, :sq]
+        s = region.scale * (region.q @ np.swapaxes(k, -1, -2))
+        if region.causal:
+            s = np.where(np.arange(s.shape[-1])[None, :] > np.arange(sq)[:, None], -np.inf, s)
+        out[...] = _softmax_rows(s) @ v
+        return out
+
+
+class BottomRightCausal(Wrong):
+    """Causal mask anchored at the bottom-right corner (query i sees keys j <= i + sk - sq)."""
+
+    name, op = "bottom_right_causal", "attention"
+
+    def run(self, region, params):
+        out = region.alloc_out()
+        s = region.scale * (region.q @ np.swapaxes(region.k, -1, -2))
+        sq, sk = s.shape[-2:]
+        s = np.where(np.arange(sk)[None, :] > np.arange(sq)[:, None] + (sk - sq), -np.inf, s)
+        out[...] = _softmax_rows(s) @ region.v
+        return out
+
+
+# --- 5. input clobbering ------------------------------------------------------------------
+class ReluInPlace(Wrong):
+    """Applies relu to x in place, then copies: idempotent, so an oracle computed afterwards agrees."""
+
+    name, op = "relu_in_place", "pointwise"
+
+    def run(self, region, params):
+        out = region.alloc_out()
+        np.maximum(region.x, 0, out=region.x)
+        out[...] = region.x
+        return out
+
+
+# --- 7. looser accuracy -------------------------------------------------------------------
+class Bf16Matmul(Wrong):
+    """A bfloat16-input product declared as bounded: fine for whoever opted in, no one else."""
+
+    name, op = "bf16_matmul", "matmul"
+    contract = Contract(accuracy="bounded", rel_fro=0.1, atol=0.5, rtol=0.5)
+
+    def run(self, region, params):
+        out = region.alloc_out()
+        out[...] = _bf16(region.a) @ _bf16(region.b)
+        return out
+
+
+def _bf16(a):
+    """Round float32 to bfloat16 (nearest even), kept in float32."""
+    bits = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32)
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    return bits.view(np.float32)
+
+
+# --- correct alternatives ------------------------------------------------------------------
+class Bf16x3(Wrong):
+    """Split-precision product: a = a_hi + a_mid + a_lo (bfloat16 parts), the six largest cross products."""
+
+    name, op = "bf16x3_matmul", "matmul"
+
+    def run(self, region, params):
+        out = region.alloc_out()
+        a, b = region.a.astype(np.float32), region.b.astype(np.float32)
+        a1 = _bf16(a)
+        a2 = _bf16(a - a1)
+        a3 = _bf16(a - a1 - a2)
+        b1 = _bf16(b)
+        b2 = _bf16(b - b1)
+        b3 = _bf16(b - b1 - b2)
+        out[...] = ((a3 @ b1 + a1 @ b3) + (a2 @ b2) + (a2 @ b1 + a1 @ b2)) + a1 @ b1
+        return out
+
+
+class StrassenOnce(Wrong):
+    """One level of Strassen (7 products) on the even part, the rest classically: another algorithm."""
+
+    name, op = "strassen_once", "matmul"
+
+    def run(self, region, params):
+        out = region.alloc_out()
+        a, b = region.a, region.b
+        m, k = a.shape
+        n = b.shape[1]
+        if min(m, n, k) < 2:
+            np.matmul(a, b, out=out)
+            return out
+        h, g, f = m // 2, k // 2, n // 2
+        A11, A12, A21, A22 = a[:h, :g], a[:h, g:2 * g], a[h:2 * h, :g], a[h:2 * h, g:2 * g]
+        B11, B12, B21, B22 = b[:g, :f], b[:g, f:2 * f], b[g:2 * g, :f], b[g:2 * g, f:2 * f]
+        M1 = (A11 + A22) @ (B11 + B22)
+        M2 = (A21 + A22) @ B11
+        M3 = A11 @ (B12 - B22)
+        M4 = A22 @ (B21 - B11)
+        M5 = (A11 + A12) @ B22
+        M6 = (A21 - A11) @ (B11 + B12)
+        M7 = (A12 - A22) @ (B21 + B22)
+        out[...] = a[:, 2 * g:] @ b[2 * g:, :]  # the odd k tail, classically
+        out[:h, :f] += M1 + M4 - M5 + M7
+        out[:h, f:2 * f] += M3 + M5
+        out[h:2 * h, :f] += M2 + M4
+        out[h:2 * h, f:2 * f] += M1 - M2 + M3 + M6
+        out[2 * h:, :] += a[2 * h:, :2 * g] @ b[:2 * g, :]
+        out[:2 * h, 2 * f:] += a[:2 * h, :2 * g] @ b[:2 * g, 2 * f:]
+        return out
+
+
+class ReversedSoftmax(Wrong):
+    """Max-subtracted softmax summing the row backwards in float64 pairs: another summation order."""
+
+    name, op = "reversed_softmax", "softmax"
+
+    def run(self, region, params):
+        out = region.alloc_out()
+        x = np.moveaxis(region.x, region.axis, -1)[..., ::-1]
+        e = np.exp(x - x.max(axis=-1, keepdims=True))
+        y = e / np.cumsum(e, axis=-1)[..., -1:]
+        np.moveaxis(out, region.axis, -1)[...] = y[..., ::-1]
+        return out
+
+
+def _mm(dims, dtype="float32", **attrs):
+    return Matmul.random("cpu", dtype, dims, attrs)
+
+
+@pytest.mark.parametrize("cls, region, expected", [
+    (Memoized, lambda: Softmax.random("cpu", "float32", {"rows": 20, "cols": 40}), "relative error"),
+    (SoftmaxNoMax, lambda: Softmax.random("cpu", "float32", {"rows": 20, "cols": 40}), "large_logits"),
+    (AttentionNoMax, lambda: Attention.random("cpu", "float32", {"batch": 1, "heads": 2, "q": 16, "k": 16, "d": 16}),
+     "large_logits"),
+    (RMSNormNoEps, lambda: RMSNorm.random("cpu", "float32", {"rows": 16, "cols": 64}), "eps_dominated"),
+    (LayerNormNoEps, lambda: LayerNorm.random("cpu", "float32", {"rows": 16, "cols": 64}), "eps_dominated"),
+    (LayerNormOnePass, lambda: LayerNorm.random("cpu", "float32", {"rows": 16, "cols": 256}), "large_offset"),
+    (RMSNormFixedEps, lambda: RMSNorm.random("cpu", "float32", {"rows": 16, "cols": 64}, eps=1e-6), "eps="),
+    (AttentionFixedScale, lambda: Attention.random("cpu", "float32", {"batch": 1, "heads": 2, "q": 16, "k": 16,
+                                                                      "d": 16}), "scale="),
+    (PointwiseFixedScalar, lambda: Pointwise.random("cpu", "float32", {"size": 500}, {"chain": "add[s]"},
+                                                    scalars=[1.5]), "scalars="),
+    (SquareOnly, lambda: _mm({"m": 64, "n": 64, "k": 64}), "NaN"),
+    (SameLengths, lambda: Attention.random("cpu", "float32", {"batch": 1, "heads": 2, "q": 32, "k": 32, "d": 16}),
+     "at "),
+    (BottomRightCausal, lambda: Attention.random("cpu", "float32", {"batch": 1, "heads": 2, "q": 32, "k": 32, "d": 16},
+                                                 {"causal": "1"}), "at "),
+    (ReluInPlace, lambda: Pointwise.random("cpu", "float32", {"size": 500}, {"chain": "relu"}),
+     "wrote to its input 'x'"),
+    (Bf16Matmul, lambda: _mm({"m": 32, "n": 32, "k": 32}), "has not opted in"),
+])
+def test_each_wrong_class_is_rejected_with_its_reason(cls, region, expected):
+    verdict = verify(cls(), {}, region())
+    assert not verdict.passed, verdict
+    assert expected in verdict.reason, verdict.reason
+
+
+def test_memoized_output_fails_at_the_second_real_shape_probe():
+    region = Softmax.random("cpu", "float32", {"rows": 20, "cols": 40})
+    verdict = verify(Memoized(), {}, region)
+    assert verdict.reason.startswith("at 20x40 ")  # the real shape, probed again with new data
+
+
+def test_shape_bugs_fail_where_dimensions_differ():
+    v = verify(SquareOnly(), {}, _mm({"m": 64, "n": 64, "k": 64}))
+    assert "NaN" in v.reason and v.reason.split(":")[0] != "at 64x64x64"
+    attn = {"batch": 1, "heads": 2, "q": 32, "k": 32, "d": 16}
+    for cls, attrs in ((SameLengths, {}), (BottomRightCausal, {"causal": "1"})):
+        v = verify(cls(), {}, Attention.random("cpu", "float32", attn, attrs))
+        dims = v.reason.split(":")[0].split()[1].split("x")
+        assert dims[2] != dims[3], v.reason  # failed at a probe with seq_q != seq_k
+
+
+def test_plan_has_repeats_families_mixed_corners_and_tails():
+    region = _mm({"m": 64, "n": 64, "k": 64})
+    plan = probe_plan(region)
+    labels = [p.label for p in plan]
+    assert labels[0] == "64x64x64" and labels[1].startswith("64x64x64 ")  # the real shape twice
+    shapes = {tuple(p.dims.values()) for p in plan}
+    assert {(33, 64, 64), (64, 33, 64), (64, 64, 33), (33, 33, 64)} <= shapes  # each dim low/high independently
+    assert (33, 35, 37) in shapes  # m != n != k, odd tails
+    assert {"mixed_rows", "tiny"} <= {p.family.name for p in plan}
+    assert all(v % 8 for v in (33, 35, 37))
+
+
+def test_budget_per_family_for_layernorm_offsets_is_published():
+    from arbiter import probes
+
+    fam = next(f for f in probes.families("layernorm") if f.name == "large_offset")
+    assert fam.budget_for("layernorm", "float32").rel_fro > fam.budget_for("rmsnorm", "float32").rel_fro
+
+
+# --- 5: inputs intact -----------------------------------------------------------------
+def test_oracle_reads_a_pristine_copy_and_every_input_is_checked():
+    class ClobbersB(Wrong):
+        name, op = "clobbers_b", "matmul"
+
+        def run(self, region, params):
+            np.matmul(region.a, region.b, out=region.out)
+            region.b[0, 0] += 0.0 if region.b[0, 0] == 0 else 1e-3 * region.b[0, 0]  # a tiny write after use
+            return region.out
+
+    v = verify(ClobbersB(), {}, _mm({"m": 16, "n": 16, "k": 16}))
+    assert "wrote to its input 'b' (1 element(s) changed)" in v.reason
+
+
+# --- 6: verdict identity ----------------------------------------------------------------
+def _scaled(scale):
+    def scaled_matmul(region):
+        out = region.alloc_out()
+        np.matmul(region.a, region.b, out=out)
+        out *= scale
+        return out
+    return scaled_matmul
+
+
+def test_a_changed_captured_constant_is_verified_again(only_candidates):
+    only_candidates("cpu", "matmul")
+    region = _mm({"m": 24, "n": 24, "k": 24})
+    arbiter.candidate(op="matmul", name="scaled")(_scaled(1.0))
+    first = REGISTRY.get("scaled", "cpu", "matmul").identity()
+    assert arbiter.arbitrate("matmul", region).winner.candidate.name == "scaled"
+    arbiter.candidate(op="matmul", name="scaled")(_scaled(2.0))  # identical source, 2x scale bug
+    assert REGISTRY.get("scaled", "cpu", "matmul").identity() != first
+    with pytest.raises(arbiter.NoCandidateError, match="scaled"):
+        arbiter.arbitrate("matmul", region)
+
+
+def test_identity_covers_helpers_defaults_and_globals(tmp_path, monkeypatch):
+    from arbiter.candidates import FunctionCandidate
+
+    helper = tmp_path / "gate_helper_mod.py"
+    helper.write_text("def post(out):\n    return out\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    mod = importlib.import_module("gate_helper_mod")
+    scope = {"mod": mod, "SCALE": 1.0}
+    exec("def fn(region, k=1):\n    return mod.post(region.alloc_out()) * SCALE\n", scope)
+
+    def ident():
+        return FunctionCandidate(scope["fn"], "h", "cpu", "matmul", Tier.HAND_TUNED).identity()
+
+    base = ident()
+    assert ident() == base
+    scope["SCALE"] = 2.0  # a referenced module-level constant
+    assert ident() != base
+    scope["SCALE"] = 1.0
+    scope["fn"].__defaults__ = (2,)  # a default argument
+    assert ident() != base
+    scope["fn"].__defaults__ = (1,)
+    assert ident() == base
+    helper.write_text("def post(out):\n    out *= 2\n    return out\n")
+    importlib.reload(mod)  # the code of a project helper module it calls
+    assert ident() != base
+    sys.modules.pop("gate_helper_mod", None)
+
+
+def test_gate_version_is_part_of_the_identity(monkeypatch):
+    from arbiter import verify as verify_mod
+
+    cand = REGISTRY.get("numpy_matmul", "cpu", "matmul")
+    before = cand.identity()
+    monkeypatch.setattr(verify_mod, "_gate_version", "changed-budgets")
+    assert cand.identity() != before
+
+
+def test_project_version_comes_from_package_metadata():
+    from importlib import metadata
+
+    from arbiter.env import environment, project_version, reset
+
+    reset()
+    assert project_version() == metadata.version("kernel-arbiter") == arbiter.__version__
+    assert environment("cpu").as_dict()["project"] == project_version()
+
+
+# --- 7: looser accuracy needs consent ---------------------------------------------------
+def test_looser_contract_needs_consent_and_the_consent_is_keyed(only_candidates):
+    only_candidates("cpu", "matmul", Bf16Matmul(), REGISTRY.get("numpy_matmul", "cpu", "matmul"))
+    region = _mm({"m": 32, "n": 32, "k": 32})
+    decision = arbiter.arbitrate("matmul", region)
+    assert decision.winner.candidate.name == "numpy_matmul"
+    row = next(r for r in decision.rows if r.candidate.name == "bf16_matmul")
+    assert row.status == "failed" and "has not opted in" in row.reason
+    consenting = region.allow_looser()
+    assert consenting.key != region.key and "accuracy=looser" in consenting.key.id
+    assert arbiter.arbitrate("matmul", consenting).winner.candidate.name == "bf16_matmul"
+    try:
+        arbiter.configure(looser_accuracy=True)
+        built = _mm({"m": 32, "n": 32, "k": 32})
+        assert built.key == consenting.key
+    finally:
+        arbiter.configure(looser_accuracy=False)
+    assert _mm({"m": 32, "n": 32, "k": 32}).key == region.key
+    with pytest.raises(ValueError, match="looser_accuracy"):
+        arbiter.configure(looser_accuracy="yes")
+
+
+# --- correct alternatives -----------------------------------------------------------------
+@pytest.mark.parametrize("cls, region", [
+    (Bf16x3, lambda: _mm({"m": 48, "n": 40, "k": 300})),
+    (StrassenOnce, lambda: _mm({"m": 48, "n": 40, "k": 70})),
+    (ReversedSoftmax, lambda: Softmax.random("cpu", "float32", {"rows": 20, "cols": 300})),
+])
+def test_correct_alternatives_pass(cls, region):
+    verdict = verify(cls(), {}, region())
+    assert verdict.passed, verdict.reason
+
+
+def test_builtin_cpu_candidates_pass_every_family():
+    cases = [(RMSNorm, {"rows": 16, "cols": 300}, {}), (LayerNorm, {"rows": 16, "cols": 300}, {}),
+             (Softmax, {"rows": 16, "cols": 300}, {}),
+             (Attention, {"batch": 1, "heads": 2, "q": 20, "k": 40, "d": 16}, {"causal": "1"})]
+    for cls, dims, attrs in cases:
+        for dtype in ("float32", "float64"):
+            region = cls.random("cpu", dtype, dims, attrs)
+            for cand in REGISTRY.candidates("cpu", region.op):
+                if cand.applies_to(region) is True:
+                    v = verify(cand, cand.param_space()[0], region)
+                    assert v.passed, (cand.name, dtype, v.reason)
+
+
+# --- 8: cheap checks at large shapes -----------------------------------------------------
+def _large_matmul(rng):
+    m, n, k = 700, 530, 520  # over CHEAP_CHECK_WORK: checked by Freivalds and sampled rows/columns
+    assert m * n * k > CHEAP_CHECK_WORK
+    return Matmul.random("cpu", "float32", {"m": m, "n": n, "k": k}, rng=rng)
+
+
+@pytest.mark.parametrize("where", ["random", "last_row", "last_col", "middle_small"])
+def test_a_single_wrong_element_anywhere_fails_the_cheap_check(where):
+    rng = np.random.default_rng(7)
+    region = _large_matmul(rng)
+    y = region.a @ region.b
+    m, n = y.shape
+    i, j = {"random": (int(rng.integers(1, m - 1)), int(rng.integers(1, n - 1))), "last_row": (m - 1, 123),
+            "last_col": (311, n - 1), "middle_small": (m // 2 + 3, n // 2 + 5)}[where]
+    rms = float(np.sqrt(np.mean(y.astype(np.float64) ** 2)))
+    # "middle_small": just over the Frobenius budget's worth for one element (1e-5 * ||ref||)
+    y[i, j] += 1.0 if where != "middle_small" else 1.5e-5 * rms * math.sqrt(m * n)
+    reason, rel, _ = check_output(region, y, arbiter.oracles.budgets.budget_for("matmul", "float32"), rng)
+    assert reason, (where, rel)
+    if where != "middle_small":  # a large error names its row; a just-over-budget one fails on the Frobenius norm
+        assert (f"row {i}" in reason) or (f"({i}, {j})" in reason), reason
+    good = region.a @ region.b
+    assert check_output(region, good, arbiter.oracles.budgets.budget_for("matmul", "float32"), rng)[0] == ""
+
+
+def test_cheap_check_of_a_large_row_op_is_chunked_and_exact():
+    from arbiter import verify as verify_mod
+
+    rng = np.random.default_rng(3)
+    region = Softmax.random("cpu", "float32", {"rows": 1500, "cols": 1000}, rng=rng)
+    assert 1500 * 1000 > verify_mod.CHUNK_ELEMENTS
+    y = _softmax_rows(region.x.astype(np.float64)).astype(np.float32)
+    budget = arbiter.oracles.budgets.budget_for("softmax", "float32")
+    assert check_output(region, y, budget, rng)[0] == ""
+    y[1499, 999] *= 1.01
+    assert "(1499, 999)" in check_output(region, y, budget, rng)[0]
+
+
+def test_oracle_is_unchanged_by_the_gate_on_the_cpu():
+    region = _mm({"m": 8, "n": 8, "k": 8})
+    ref = op_kind("matmul").oracle(region)
+    assert isinstance(ref, np.ndarray) and ref.dtype == np.float64
+
+
+def test_a_huge_zero_stride_view_is_a_region_error():
+    x = np.broadcast_to(np.ones(1, np.float32), (1 << 22, 1 << 20))  # 16 TiB logical
+    with pytest.raises(arbiter.RegionError) as err:
+        Softmax(x)
+    assert err.value.argument == "x" and "zero-stride" in str(err.value)
+    small = np.broadcast_to(np.ones(4, np.float32), (3, 4))
+    assert Softmax(small).key is not None  # a small broadcast view is fine
+
+
+def test_gate_memory_on_first_call_is_bounded(tmp_path):
+    """Gating a 256 MiB softmax on its first dispatch: peak RSS growth within 3x the operand+output plus 64 MiB."""
+    import subprocess
+
+    script = textwrap.dedent("""
+        import resource, numpy as np, arbiter
+        from arbiter.regions import Softmax
+        x = np.random.default_rng(0).standard_normal((8192, 8192), dtype=np.float32)  # 256 MiB
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        arbiter.run_arbitrated("softmax", Softmax(x))
+        after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        print((after - before) * 1024)
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600,
+                         env={**__import__("os").environ, "ARBITER_DB": str(tmp_path / "r.db")})
+    assert out.returncode == 0, out.stderr
+    grew = int(out.stdout.split()[-1])
+    operand_and_output = 2 * 256 * 2**20
+    assert grew <= 3 * operand_and_output + 64 * 2**20, grew / 2**20
+    dispatch.reset()
