@@ -89,6 +89,8 @@ def _softmax_constant_rows(region, rng):
 def _softmax_masked(region, rng):
     """-inf entries (attention-style masks), at least one finite entry per row."""
     x = region.x
+    if x.size == 0:
+        return
     host = np.asarray(targets.get(region.target).to_host(x), dtype=np.float64)
     hx = host if region.axis_last else host.T
     mask = rng.random(hx.shape) < 0.5

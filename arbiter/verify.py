@@ -181,7 +181,8 @@ def _draw(region, probe: Probe, rng) -> object:
     args = probes.varied_scalars(region, rng) if probe.vary_scalars else region.runtime_args()
     fresh = region.random(region.target, region.dtype, dict(probe.dims), dict(region.attrs), region.layout, rng,
                           **args)
-    probe.family.apply(fresh, rng)
+    if all(int(a.size) for a in fresh.operands().values()):  # an empty operand has no values to shape
+        probe.family.apply(fresh, rng)
     return fresh
 
 

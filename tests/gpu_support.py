@@ -17,3 +17,40 @@ def gpu_available() -> bool:
 
 
 requires_gpu = pytest.mark.skipif(not gpu_available(), reason="no NVIDIA GPU with CuPy here")
+
+
+@functools.lru_cache(maxsize=1)
+def _documented_text() -> str:
+    """The source of every candidate module: a documented decline is one whose reason is written there."""
+    import pathlib
+
+    import arbiter.candidates
+
+    root = pathlib.Path(arbiter.candidates.__file__).parent
+    return "\n".join(p.read_text() for p in root.rglob("*.py"))
+
+
+def check_builtin_solution(cand, params, region) -> None:
+    """Gate one built-in solution. A built-in that is unavailable fails (a kernel that stops compiling must
+    not turn into a skip), except when the optional package it documents (PyTorch) is not installed; a
+    decline is allowed only with a reason written in the candidate code (``applies_to``), never an error text."""
+    import importlib.util
+
+    from arbiter.verify import verify
+
+    ok = cand.available()
+    if ok is not True:
+        optional_missing = "torch" in str(ok).lower() and importlib.util.find_spec("torch") is None
+        if optional_missing:
+            pytest.skip(f"optional package missing: {ok}")
+        pytest.fail(f"built-in {cand.name} is unavailable on a machine with a GPU: {ok}")
+    applies = cand.applies_to(region)
+    if applies is not True:
+        assert isinstance(applies, str) and applies, f"{cand.name} declined without a reason"
+        assert "rror" not in applies, f"{cand.name} declined with an error, not a documented reason: {applies}"
+        lead = " ".join(applies.replace(":", " ").split()[:2])
+        assert lead in _documented_text().replace(":", " "), \
+            f"{cand.name} declined with a reason its applies_to does not document: {applies}"
+        pytest.skip(f"does not apply (documented): {applies}")
+    verdict = verify(cand, params, region)
+    assert verdict.passed, f"{cand.name}{params} at {region}: {verdict.reason}"

@@ -2,8 +2,8 @@
 RegionError naming the argument; never a crash, never a silently wrong result.
 
 Cases: dtypes, 0-size and 1-size dimensions, column-major, strided and negative-stride operands,
-NaN/Inf in the inputs, mismatched shapes and dtypes. The number of cases run is printed (-s) and
-counted in ``CASES``.
+NaN/Inf in the inputs, mismatched shapes and dtypes. ``CASES`` counts the cases run; a last test shows
+the comparison fails on a kernel that is wrong only where the gate's finite probes never look.
 """
 from __future__ import annotations
 
@@ -181,5 +181,22 @@ def test_fuzz_bad_rows_name_the_argument(r, c, flaw):
     CASES["rows rejected"] += 1
 
 
-def test_report_case_count():
-    print("fuzz cases run:", dict(CASES))
+def test_fuzz_check_catches_a_kernel_wrong_only_on_nonfinite_inputs(only_candidates):
+    """The fuzz comparison can fail: a softmax that passes the gate (finite probes) but replaces inf by the
+    largest float is caught on an input holding inf."""
+    class FiniteOnly(arbiter.Candidate):
+        name, target, op, tier, priority = "finite_only_softmax", "cpu", "softmax", arbiter.Tier.HAND_TUNED, 9
+
+        def run(self, region, params):
+            out = region.alloc_out()
+            x = np.nan_to_num(region.x.astype(np.float64), posinf=1e300, neginf=-1e300)
+            e = np.exp(x - x.max(axis=region.axis, keepdims=True))
+            out[...] = e / e.sum(axis=region.axis, keepdims=True)
+            return out
+
+    only_candidates("cpu", "softmax", FiniteOnly())
+    x = np.random.default_rng(1).standard_normal((4, 8)).astype(np.float32)
+    check("softmax", Softmax(x))  # finite input: right
+    x[1, 3] = np.inf  # the oracle gives NaN for the row; this kernel gives a one-hot row
+    with pytest.raises(AssertionError, match="non-finite"):
+        check("softmax", Softmax(x))

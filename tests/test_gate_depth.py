@@ -536,13 +536,14 @@ def test_a_huge_zero_stride_view_is_a_region_error():
 
 
 def test_gate_memory_on_first_call_is_bounded(tmp_path):
-    """Gating a 256 MiB softmax on its first dispatch: peak RSS growth within 3x the operand+output plus 64 MiB."""
+    """Gating a 64 MiB softmax on its first dispatch: peak RSS growth within 3x the operand+output plus 64 MiB
+    (``benchmarks/tune_cost.py --gate-memory`` measures the 256 MiB case of issue 20)."""
     import subprocess
 
     script = textwrap.dedent("""
         import resource, numpy as np, arbiter
         from arbiter.regions import Softmax
-        x = np.random.default_rng(0).standard_normal((8192, 8192), dtype=np.float32)  # 256 MiB
+        x = np.random.default_rng(0).standard_normal((4096, 4096), dtype=np.float32)  # 64 MiB
         before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         arbiter.run_arbitrated("softmax", Softmax(x))
         after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -552,6 +553,6 @@ def test_gate_memory_on_first_call_is_bounded(tmp_path):
                          env={**__import__("os").environ, "ARBITER_DB": str(tmp_path / "r.db")})
     assert out.returncode == 0, out.stderr
     grew = int(out.stdout.split()[-1])
-    operand_and_output = 2 * 256 * 2**20
+    operand_and_output = 2 * 64 * 2**20
     assert grew <= 3 * operand_and_output + 64 * 2**20, grew / 2**20
     dispatch.reset()

@@ -206,18 +206,32 @@ _code_text: dict = {}
 _MAX_DEPTH = 3
 
 
+@functools.lru_cache(maxsize=None)
+def _installed_paths() -> tuple[str, ...]:
+    import site
+    import sysconfig
+
+    paths = {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    paths |= set(getattr(site, "getsitepackages", lambda: [])())
+    return tuple(p for p in paths if p)
+
+
+@functools.lru_cache(maxsize=4096)
 def _is_project_file(path: str | None) -> bool:
     """A module file outside the standard library and installed packages (the user's or this project's code)."""
     if not path:
         return False
-    import sysconfig
-
-    installed = {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}
-    return not any(path.startswith(p + os.sep) for p in installed if p)
+    return not any(path.startswith(p + os.sep) for p in _installed_paths())
 
 
+@functools.lru_cache(maxsize=None)
 def _package_version(module_name: str) -> str:
     top = module_name.split(".", 1)[0]
+    return _distribution_version(top)
+
+
+@functools.lru_cache(maxsize=None)
+def _distribution_version(top: str) -> str:
     from importlib import metadata
 
     try:
@@ -297,10 +311,11 @@ def _referenced_text(value, seen: set, depth: int) -> str:
                 key = ("module", value.__name__, path)
             if key not in _code_text:
                 try:
-                    _code_text[key] = inspect.getsource(value)
+                    text = inspect.getsource(value)
                 except (OSError, TypeError):
-                    _code_text[key] = value.__name__
-            return f"module {value.__name__}:{hashlib.sha256(_code_text[key].encode()).hexdigest()[:16]}"
+                    text = value.__name__
+                _code_text[key] = f"module {value.__name__}:{hashlib.sha256(text.encode()).hexdigest()[:16]}"
+            return _code_text[key]
         return _package_version(value.__name__)
     target = getattr(value, "py_func", value)
     if inspect.isfunction(target) or inspect.isclass(target):
@@ -324,8 +339,14 @@ def behaviour_text(candidate) -> str:
     from arbiter.verify import gate_version
 
     seen: set = set()
-    parts = [candidate.source(), f"gate={gate_version()}"]
-    for fn in candidate.functions():
+    funcs = candidate.functions()
+    # source() reads files (and the BLAS identity): cached per class and code objects, which a reload replaces
+    skey = (type(candidate), tuple(id(getattr(getattr(f, "py_func", f), "__code__", f)) for f in funcs))
+    source = _code_text.get(skey)
+    if source is None:
+        source = _code_text[skey] = candidate.source()
+    parts = [source, f"gate={gate_version()}"]
+    for fn in funcs:
         parts.append(_function_text(fn, seen, 0))
     attrs = {k: v for k, v in vars(candidate).items() if not k.startswith("_") or k in ("_available", "_applies")}
     parts.append("attrs=" + _value_text({k: v for k, v in attrs.items() if not callable(v)}))

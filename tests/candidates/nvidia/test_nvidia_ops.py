@@ -14,8 +14,7 @@ import pytest
 from arbiter import targets
 from arbiter.candidates import REGISTRY
 from arbiter.regions import FFT, Attention, Gated, LayerNorm, Pointwise
-from arbiter.verify import verify
-from gpu_support import gpu_available, requires_gpu
+from gpu_support import check_builtin_solution, gpu_available, requires_gpu
 
 pytestmark = [pytest.mark.gpu, requires_gpu]
 
@@ -50,15 +49,7 @@ def _solutions(op):
 
 
 def _check(cand, params, region):
-    ok = cand.available()
-    if ok is not True:
-        pytest.skip(f"unavailable: {ok}")
-    applies = cand.applies_to(region)
-    if applies is not True:
-        assert isinstance(applies, str) and applies
-        pytest.skip(f"does not apply: {applies}")
-    verdict = verify(cand, params, region)
-    assert verdict.passed, f"{cand.name}{params} at {region}: {verdict.reason}"
+    check_builtin_solution(cand, params, region)
 
 
 def _ids(shape):
