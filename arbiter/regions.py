@@ -217,20 +217,36 @@ def random_operand(target: str, shape, dtype: str, layout: str, rng, scale: floa
     if layout == "S" and len(shape) >= 1:
         # A strided view: every other element of a wider buffer along the last axis.
         wide = tuple(shape[:-1]) + (max(1, shape[-1] * 2),)
-        base = t.from_host(scale * _normal(rng, wide, dtype), dtype)
+        base = t.from_host(_normal(rng, wide, dtype, scale), dtype)
         return base[..., ::2][..., : shape[-1]]
-    data = scale * _normal(rng, shape, dtype)
-    return t.from_host(data, dtype, order="F" if layout == "C" else "C")
+    return t.from_host(_normal(rng, shape, dtype, scale), dtype, order="F" if layout == "C" else "C")
 
 
-def _normal(rng, shape, dtype: str):
-    """Standard normal data; complex dtypes get independent real and imaginary parts.
+# Above this many elements, operands are drawn uniform on [-sqrt(3), sqrt(3)) (mean 0, variance 1, as the
+# normal draws below it): a normal draw costs 4x a uniform one, and the gate draws fresh data for every
+# probe, so at large shapes drawing would otherwise cost more than running the candidate.
+UNIFORM_ABOVE = 1 << 20
+_SQRT3 = math.sqrt(3.0)
 
-    Drawn in float32 for dtypes of 32 bits or fewer (twice as fast, and exact for them): the gate draws
-    fresh data for every probe, so drawing costs a visible share of gating a large shape."""
-    wide = dtype in ("float64", "complex128")
-    data = rng.standard_normal(shape, dtype=np.float64 if wide else np.float32)
-    return data + 1j * rng.standard_normal(shape) if dtype.startswith("complex") else data
+
+def _normal(rng, shape, dtype: str, scale: float = 1.0):
+    """Zero-mean data of standard deviation ``scale`` (normal, or uniform above ``UNIFORM_ABOVE`` elements);
+    complex dtypes get independent real and imaginary parts. Drawn in float32 for dtypes of 32 bits or fewer."""
+    kind = np.float64 if dtype in ("float64", "complex128") else np.float32
+
+    def draw():
+        if math.prod(shape) <= UNIFORM_ABOVE:
+            data = rng.standard_normal(shape, dtype=kind)
+            if scale != 1.0:
+                data *= scale
+            return data
+        u = rng.random(shape, dtype=kind)
+        u *= 2 * _SQRT3 * scale
+        u -= _SQRT3 * scale
+        return u
+
+    data = draw()
+    return data + 1j * draw() if dtype.startswith("complex") else data
 
 
 # ---------------------------------------------------------------------------

@@ -89,7 +89,8 @@ class CpuTarget(Target):
         return np.asarray(array)
 
     def from_host(self, array, dtype, order="C"):
-        out = np.asarray(array).astype(np_dtype(dtype))
+        # No copy when the dtype already matches: callers hand over fresh host data (probes, families).
+        out = np.asarray(array).astype(np_dtype(dtype), copy=False)
         return np.asfortranarray(out) if order == "F" else np.ascontiguousarray(out)
 
     def full(self, shape, value, dtype):
