@@ -224,7 +224,8 @@ def _benign(region, rng):
     """Standard normal operands as ``Region.random`` draws them (layernorm rows offset by +3)."""
 
 
-BENIGN = Family("benign", ("*",), "standard normal operands (`Region.random`; layernorm rows offset by +3)",
+BENIGN = Family("benign", ("*",), "zero-mean unit-variance operands as `Region.random` draws them (normal; uniform "
+                "above 2^20 elements, where drawing normals would cost more than the run; layernorm rows offset by +3)",
                 _benign)
 
 CATALOGUE: tuple[Family, ...] = (
@@ -250,9 +251,9 @@ CATALOGUE: tuple[Family, ...] = (
            "rows of spread 0.1 shifted by +-300: catches a one-pass variance E[x^2] - E[x]^2 (cancellation)",
            _large_offset, _offset_budget,
            "layernorm: the op's budget x 3000 (capped at rel_fro 0.1, atol and rtol 1): the condition number of "
-           "(x - mean)/std is |x|/std = 3000; a one-pass variance errs by ulp x 3000^2"),
+           "(x - mean)/std is abs(x)/std = 3000; a one-pass variance errs by ulp x 3000^2"),
     Family("large_magnitude", ("rmsnorm", "layernorm"),
-           "|x| up to 2 sqrt(max) of half precision (squares overflow fp16), up to sqrt(float32 max / cols) / 16 "
+           "abs(x) up to 2 sqrt(max) of half precision (squares overflow fp16), up to sqrt(float32 max / cols) / 16 "
            "otherwise: catches sums of squares accumulated in the input's half precision",
            _large_magnitude),
     Family("mixed_rows", ("matmul", "gated"),
@@ -297,12 +298,15 @@ def varied_scalars(region, rng) -> dict:
 def markdown() -> str:
     """The catalogue as ``docs/budgets.md`` publishes it (below the budget table)."""
     lines = ["", "## Probe catalogue", "",
-             "Every probe draws fresh data. The gate probes, in order: the real shape with benign data and the",
+             "Every probe draws fresh data (entropy-seeded; a failure names the seed, `ARBITER_GATE_SEED` replays",
+             "it). The gate probes, in order (`arbiter.verify.probe_plan`): the real shape with benign data and the",
              "caller's runtime scalars; the real shape again with new data, the op's first adversarial family and",
-             "varied scalars; every family at the bucket's low corner; the bucket's corners with each dimension",
-             "low or high independently; a shape whose dimensions all differ, with tails that are not multiples",
-             "of 8, 16, 32, 64 or 128 (see `arbiter.verify.probe_plan`). Runtime scalars vary: eps x10 (or /10),",
-             "attention scale x0.5 or x1.7, pointwise constants redrawn from +-U(0.25, 3).", "",
+             "varied scalars; a shape of the bucket whose dimensions all differ, with tails that are not multiples of",
+             "8, 16, 32, 64 or 128; every adversarial family at the bucket's low corner; the bucket's corners with",
+             "each dimension low or high independently. Beyond the two real-shape probes the others cost at most",
+             "0.3x the real shape's work (or 2^27 work units, so small buckets are probed fully). Runtime scalars",
+             "vary: eps x10 (or /10), attention scale x0.5 or x1.7, pointwise constants redrawn from +-U(0.25, 3).",
+             "A family's budget replaces the op's budget for its probes only.", "",
              "| op | family | values | budget |", "| --- | --- | --- | --- |"]
     for fam in (BENIGN,) + CATALOGUE:
         ops = "(every op)" if fam.ops == ("*",) else ", ".join(fam.ops)

@@ -21,7 +21,18 @@ class Problem:
 
     def region(self, target: str = "cpu", seed: int = 0):
         kind = op_kind(self.op)
-        return kind.region_type.random(target, self.dtype, self.dims, self.attrs, rng=np.random.default_rng(seed))
+        region = kind.region_type.random(target, self.dtype, self.dims, self.attrs, rng=np.random.default_rng(seed))
+        # A key recorded with the caller's consent to looser accuracy keeps it (see Region.allow_looser).
+        return region.allow_looser() if self.attrs.get("accuracy") == "looser" else region
+
+    def key(self, target: str = "cpu"):
+        """The problem key ``region(target)`` would have, without allocating its operands: the key depends on
+        shapes only through their bucket, so a one-element instance gives everything else."""
+        from arbiter.keys import bucket_of
+
+        kind = op_kind(self.op)
+        tiny = Problem(self.op, {name: 1 for name in self.dims}, self.dtype, self.attrs).region(target)
+        return tiny.key.with_bucket(bucket_of(self.dims, kind.region_type.bucket_policy))
 
     @property
     def label(self) -> str:

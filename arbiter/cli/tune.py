@@ -112,9 +112,13 @@ def tune(
     devices: Optional[str] = typer.Option(None, help="GPU ids, e.g. 0,1: one worker per device."),
     isolate: bool = typer.Option(False, help="Verify and time each solution in a child process, so a crash, hang "
                                              "or memory exhaustion fails only that solution."),
+    allow_looser: bool = typer.Option(False, "--allow-looser", help="Consent to candidates declaring accuracy "
+                                      "looser than the op's budget (keys get accuracy=looser)."),
 ):
     """Gate and time every solution per key; persist measured winners. Resumable: keys already tuned are skipped."""
     console = make_console()
+    if allow_looser:
+        dispatch.configure(looser_accuracy=True)
     from arbiter import targets
 
     available = targets.get(target).available()
@@ -140,21 +144,21 @@ def tune(
     spent = budget_clock(budget_seconds)
     todo, seen = [], set()
     for i, problem in enumerate(problems):
-        region = problem.region(target, seed=i)
-        if region.key.id in seen:
+        key = problem.key(target)  # no operands allocated until a key is actually tuned
+        if key.id in seen:
             continue
-        seen.add(region.key.id)
-        if st.load_measurements(region.key.id, env.fingerprint) and not force:
-            done = st.load_solution(region.key.id, env.fingerprint)
+        seen.add(key.id)
+        if st.load_measurements(key.id, env.fingerprint) and not force:
+            done = st.load_solution(key.id, env.fingerprint)
             console.print(f"skip {escape(problem.label)}: tuned already ({done.candidate if done else '?'}); --force re-tunes")
             continue
-        todo.append((problem, region))
+        todo.append((problem, i, key))
     if dry_run:
-        for problem, region in todo:
-            console.print(escape(f"would tune {problem.label}  [{region.key.id}]"))
+        for problem, _, key in todo:
+            console.print(escape(f"would tune {problem.label}  [{key.id}]"))
         return
     if workers > 1 or devices:
-        _tune_parallel(console, [p for p, _ in todo], target, workers, devices, mode, isolate, budget_seconds)
+        _tune_parallel(console, [p for p, _, _ in todo], target, workers, devices, mode, isolate, budget_seconds)
         return
     runner = None
     if isolate:
@@ -165,10 +169,11 @@ def tune(
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                   TimeElapsedColumn(), console=console, transient=True) as progress:
         keys_task = progress.add_task("keys", total=len(todo))
-        for problem, region in todo:
+        for problem, seed, _ in todo:
             if spent():
                 console.print(f"[yellow]--budget-seconds reached; {len(todo) - tuned} key(s) left for the next run[/]")
                 break
+            region = problem.region(target, seed=seed)
             n = sum(len(c.param_space()) for c in REGISTRY.candidates(region.target, region.op))
             cand_task = progress.add_task(f"  {problem.label}", total=n)
             try:
@@ -229,9 +234,13 @@ def explain(
     target: str = typer.Option("cpu", help="Target: cpu, nvidia or rocm."),
     source: Optional[str] = typer.Option(None, help="Also print the code of this candidate (e.g. a synthesized kernel)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+    allow_looser: bool = typer.Option(False, "--allow-looser", help="Explain the key that consents to candidates "
+                                      "declaring accuracy looser than the op's budget (accuracy=looser)."),
 ):
     """For one key: every solution with its exclusion reason, verdict and error, stored timings, and why the winner won."""
     console = make_console()
+    if allow_looser:
+        dispatch.configure(looser_accuracy=True)
     [problem] = problems_from_options(op, [shape], [dtype], activation, bias, residual, attr)
     region = problem.region(target)
     st = dispatch.store()

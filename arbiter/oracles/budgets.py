@@ -56,7 +56,9 @@ def markdown() -> str:
         "`|y - ref| <= atol * rms(ref) + rtol * |ref|`, and `y` is finite wherever `ref` is.",
         "Half-precision inputs are compared with the oracle computed from the same rounded inputs,",
         "so only the candidate's own arithmetic is charged. A delegate may declare a `bounded` contract",
-        "with its own tolerances; a looser one is recorded with its verdicts and shown by `arbiter explain`.",
+        "with its own tolerances; one looser than this table serves only a caller who opted in",
+        "(`region.allow_looser()`, `arbiter.configure(looser_accuracy=True)`, `--allow-looser`; the",
+        "consent is part of the problem key as `accuracy=looser`), and is recorded with its verdicts.",
         "",
         "| op | dtype | rel_fro | atol (x rms) | rtol |",
         "| --- | --- | --- | --- | --- |",
@@ -65,7 +67,9 @@ def markdown() -> str:
         lines.append(f"| (any) | {dtype} | {b.rel_fro:.0e} | {b.atol:.0e} | {b.rtol:.0e} |")
     for (op, dtype), b in sorted(OP_BUDGETS.items()):
         lines.append(f"| {op} | {dtype} | {b.rel_fro:.0e} | {b.atol:.0e} | {b.rtol:.0e} |")
-    return "\n".join(lines) + "\n"
+    from arbiter.probes import markdown as catalogue  # the probe catalogue, generated with the budgets
+
+    return "\n".join(lines) + "\n" + catalogue()
 
 
 if __name__ == "__main__":
