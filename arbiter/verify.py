@@ -189,6 +189,49 @@ def _draw(region, probe: Probe, rng) -> object:
     return fresh
 
 
+def _native(array) -> bool:
+    """NumPy or CuPy: arrays the gate can copy, compare and rewrite in place on their own device."""
+    return isinstance(array, np.ndarray) or array_module(array) is not np
+
+
+def _upload(array, target, dtype: str):
+    """A host probe operand on ``target`` in the same layout class (C, Fortran, or every-other-element view)."""
+    t = targets.get(target)
+    if array.flags.c_contiguous or array.ndim == 0:
+        return t.from_host(array, dtype)
+    if array.flags.f_contiguous:
+        return t.from_host(array, dtype, order="F")
+    wide = np.zeros(array.shape[:-1] + (2 * array.shape[-1],), dtype=array.dtype)
+    wide[..., ::2] = array
+    return t.from_host(wide, dtype)[..., ::2]
+
+
+def _on_target(host_region, target: str):
+    """``host_region`` (drawn on the CPU) with every operand moved to ``target``; for targets whose arrays the
+    gate cannot work on in place (ROCm's device arrays): the host region stays the pristine copy."""
+    from arbiter.keys import ProblemKey
+
+    def move(value):
+        if isinstance(value, np.ndarray):
+            return _upload(value, target, host_region.dtype if value.dtype.kind != "c" else str(value.dtype))
+        if isinstance(value, tuple):
+            return tuple(move(v) for v in value)
+        if isinstance(value, list):
+            return [move(v) for v in value]
+        return value
+
+    clone = object.__new__(type(host_region))
+    for cls in type(host_region).__mro__:
+        for slot in getattr(cls, "__slots__", ()):
+            if hasattr(host_region, slot):
+                value = getattr(host_region, slot)
+                object.__setattr__(clone, slot, None if slot in ("out", "back") else move(value))
+    k = host_region.key
+    clone.target = target
+    clone.key = ProblemKey.make(target, k.op, k.dtype, k.layout, k.attrs, k.bucket)
+    return clone
+
+
 def _copy(value):
     if hasattr(value, "shape") and hasattr(value, "dtype") and hasattr(value, "copy"):
         return value.copy()
@@ -209,12 +252,22 @@ def pristine_copy(region):
     return clone
 
 
+def pristine_copy_target(region, target: str):
+    """A shallow stand-in of ``region`` that ``_draw`` builds probes from on ``target`` (attributes, layout and
+    runtime scalars are the region's; only the target differs)."""
+    clone = region.with_out(None)
+    clone.target = target
+    return clone
+
+
 def changed_inputs(region, pristine) -> str:
     """"" when every operand of ``region`` equals (bitwise, NaN included) its pristine copy, else which changed."""
     found = []
     theirs = pristine.operands()
     for name, arr in region.operands().items():
         ref = theirs[name]
+        if not _native(arr):
+            arr = np.asarray(targets.get(region.target).to_host(arr))
         xp = array_module(arr)
         if bool(xp.array_equal(arr, ref)):  # one pass; the element count below only when something differs
             continue
@@ -557,15 +610,21 @@ def verify(candidate: Candidate, params: dict, region) -> Verdict:
                        "or --allow-looser)")
     target = targets.get(region.target)
     rng, seed = _gate_rng()
+    opaque = not all(_native(a) for a in region.operands().values())
     for probe in probe_plan(region):
-        fresh = _draw(region, probe, rng)
+        if opaque:  # drawn and kept on the host; the candidate gets a device copy
+            pristine = _draw(pristine_copy_target(region, "cpu"), probe, rng)
+            fresh = _on_target(pristine, region.target)
+        else:
+            fresh = _draw(region, probe, rng)
         label = probe.label + (f" ({_scalars_text(fresh)})" if probe.vary_scalars and _scalars_text(fresh) else "")
         probed.append(label)
         applies = candidate.applies_to(fresh)
         if applies is not True:
             # It accepted the real shape but not this probe of its bucket: it cannot serve the bucket.
             return verdict(f"at {label}: does not apply to the bucket's edge ({applies or 'declined'})")
-        pristine = pristine_copy(fresh)
+        if not opaque:
+            pristine = pristine_copy(fresh)
         # The gate's own output, poisoned here: never the production allocator (which may hand out
         # uninitialised or recycled memory), so an unwritten element is always NaN.
         out = target.full(fresh.output_shape(), np.nan, fresh.out_dtype)
@@ -586,7 +645,8 @@ def verify(candidate: Candidate, params: dict, region) -> Verdict:
         if looser:  # a declared budget applies to every family, but never tighter than the family's own
             fb = probe.family.budget_for(region.op, region.dtype)
             fam_budget = Budget(max(budget.rel_fro, fb.rel_fro), max(budget.atol, fb.atol), max(budget.rtol, fb.rtol))
-        reason, rel, excess = check_output(pristine, out, fam_budget, rng)
+        y = out if _native(out) else np.asarray(target.to_host(out))
+        reason, rel, excess = check_output(pristine, y, fam_budget, rng)
         worst_rel = max(worst_rel, rel) if not math.isnan(rel) else rel
         worst_excess = max(worst_excess, excess)
         if reason:

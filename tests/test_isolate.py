@@ -41,14 +41,14 @@ class Hog(Good):
 
 
 class CrashesWhenTimed(Good):
-    """Passes the gate (a handful of calls), then segfaults on its 8th call, inside timing."""
+    """Passes the gate (13 probes at 16x16x16), then segfaults on its 26th call, inside timing."""
 
     name, tier = "crashes_when_timed", Tier.HAND_TUNED
     calls = 0
 
     def run(self, region, params):
         type(self).calls += 1
-        if type(self).calls > 7:
+        if type(self).calls > 25:
             ctypes.string_at(0)
         return super().run(region, params)
 

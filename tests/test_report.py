@@ -46,7 +46,8 @@ class OffByOne(Candidate):
 
 
 def small(n):
-    return Matmul.random("cpu", "float32", {"m": n, "n": n, "k": n})
+    # FastEmitted declares a looser contract: the caller consents (the key carries accuracy=looser).
+    return Matmul.random("cpu", "float32", {"m": n, "n": n, "k": n}).allow_looser()
 
 
 @pytest.fixture

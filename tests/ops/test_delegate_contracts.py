@@ -84,6 +84,9 @@ class ApproxAttention(Candidate):
 
 def test_bounded_budget_is_used_and_recorded_as_looser(delegates):
     region = Attention.random("cpu", "float32", {"batch": 1, "heads": 2, "q": 9, "k": 20, "d": 8})
+    refused = verify(ApproxAttention(), {}, region)  # looser than the budget: not without the caller's consent
+    assert not refused.passed and "has not opted in" in refused.reason
+    region = region.allow_looser()
     verdict = verify(ApproxAttention(), {}, region)
     assert verdict.passed and verdict.looser_budget
     assert (verdict.budget.rel_fro, verdict.budget.atol) == (1e-3, 1e-2)
