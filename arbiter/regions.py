@@ -217,9 +217,35 @@ def random_operand(target: str, shape, dtype: str, layout: str, rng, scale: floa
     if layout == "S" and len(shape) >= 1:
         # A strided view: every other element of a wider buffer along the last axis.
         wide = tuple(shape[:-1]) + (max(1, shape[-1] * 2),)
-        base = t.from_host(_normal(rng, wide, dtype, scale), dtype)
+        base = _device_draw(target, wide, dtype, scale, rng)
+        base = t.from_host(_normal(rng, wide, dtype, scale), dtype) if base is None else base
         return base[..., ::2][..., : shape[-1]]
-    return t.from_host(_normal(rng, shape, dtype, scale), dtype, order="F" if layout == "C" else "C")
+    order = "F" if layout == "C" else "C"
+    drawn = _device_draw(target, shape, dtype, scale, rng)
+    if drawn is not None:
+        return drawn if order == "C" else _cupy().asfortranarray(drawn)
+    return t.from_host(_normal(rng, shape, dtype, scale), dtype, order=order)
+
+
+def _cupy():
+    import cupy
+
+    return cupy
+
+
+def _device_draw(target: str, shape, dtype: str, scale: float, rng):
+    """Large real operands for the nvidia target are drawn on the device (CuPy's generator, seeded from
+    ``rng``): uniform of variance ``scale**2``, as ``_normal`` draws them on the host above UNIFORM_ABOVE.
+    None where the host draws (other targets, small or complex operands)."""
+    if target != "nvidia" or math.prod(shape) <= UNIFORM_ABOVE or dtype.startswith("complex"):
+        return None
+    cp = _cupy()
+    gen = cp.random.default_rng(int(rng.integers(0, 2**63 - 1)))
+    kind = np.float64 if dtype == "float64" else np.float32
+    u = gen.random(shape, dtype=kind)
+    u *= 2 * _SQRT3 * scale
+    u -= _SQRT3 * scale
+    return u if dtype in ("float32", "float64") else u.astype(targets.get(target).np_dtype(dtype))
 
 
 # Above this many elements, operands are drawn uniform on [-sqrt(3), sqrt(3)) (mean 0, variance 1, as the

@@ -64,7 +64,7 @@ from arbiter.store import VerdictKey
 # Beyond the two real-shape probes, the other probes together cost at most this multiple of the real
 # shape's work ("work units": m*n*k for matmul, rows*cols for row ops), or EXTRA_WORK_FLOOR units,
 # whichever is larger: small buckets are probed fully, a huge key stays near two runs.
-EXTRA_WORK_FACTOR = 0.3
+EXTRA_WORK_FACTOR = 0.2
 EXTRA_WORK_FLOOR = 1 << 27
 # Products (matmul, gated, attention) with more work than this are checked with randomized/sampled
 # references; smaller ones against the full float64 oracle.
