@@ -48,6 +48,7 @@ INTEGRITY_RETRIES = 5  # a unique-constraint race resolves on the next attempt; 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 _TRANSIENT = ("database is locked", "database is busy", "deadlock detected", "could not serialize",
               "database table is locked")
+_TRANSIENT_SQLSTATES = ("40P01", "40001")  # deadlock detected, serialization failure: retry the transaction
 _UNWRITABLE = ("unable to open database file", "readonly database", "read-only file system",
                "attempt to write a readonly")
 
@@ -317,7 +318,9 @@ class SqlStore(Store):
                     raise self._error(exc) from exc
             except OperationalError as exc:
                 text = str(exc.orig).lower()
-                if not any(s in text for s in _TRANSIENT) or time.monotonic() > deadline:
+                transient = getattr(exc.orig, "sqlstate", None) in _TRANSIENT_SQLSTATES or any(
+                    s in text for s in _TRANSIENT)
+                if not transient or time.monotonic() > deadline:
                     raise self._error(exc) from exc
             except DatabaseError as exc:
                 raise self._error(exc) from exc
@@ -541,16 +544,28 @@ class SqlStore(Store):
 
     # --- counters and recorded keys -----------------------------------------
     def add_counts(self, deltas):
-        deltas = [d for d in deltas if d.hits or d.misses or d.fallbacks]
-        if not deltas:
+        # One global order for the rows a flush locks (environments, then keys, then counter rows, each sorted):
+        # two processes flushing the same rows in their own orders deadlock on a server database (issue 20
+        # item 1: 8 PostgreSQL writers hit hundreds of deadlocks and ran out of retries).
+        merged: dict[tuple, CountDelta] = {}
+        for d in deltas:
+            if d.hits or d.misses or d.fallbacks:
+                slot = merged.setdefault((d.env, d.key, d.candidate, d.params),
+                                         CountDelta(d.key, d.candidate, d.params, d.env))
+                slot.hits += d.hits
+                slot.misses += d.misses
+                slot.fallbacks += d.fallbacks
+        if not merged:
             return
+        deltas = [merged[k] for k in sorted(merged)]
         envs = {d.env: self._env_of(d.env, _key_target(d.key)) for d in deltas}
 
         def write(conn):
-            for fingerprint, (target, fields) in envs.items():
+            for fingerprint, (target, fields) in sorted(envs.items()):
                 self._put_env(conn, fingerprint, target, fields)
+            for key in sorted({d.key for d in deltas}):
+                self._put_key(conn, key)
             for d in deltas:
-                self._put_key(conn, d.key)
                 stmt = (update(CounterRow)
                         .where(CounterRow.key == d.key, CounterRow.candidate == d.candidate,
                                CounterRow.params == d.params, CounterRow.env == d.env)
