@@ -24,7 +24,7 @@ from arbiter import select
 from arbiter.candidates import REGISTRY, Fallback, params_id
 from arbiter.errors import RegionError, StrictMissError
 from arbiter.ladder import nearest_winners
-from arbiter.store import CountDelta, SolutionRecord
+from arbiter.store import CountDelta, SolutionRecord, flusher
 
 POLICIES = ("tier", "tune", "record", "strict")
 
@@ -222,21 +222,50 @@ def verified_count() -> int:
     return _state.verified
 
 
+_flush_lock = threading.Lock()  # one flush at a time: a second one would send the counts the first has in flight
+
+
 def flush() -> None:
-    """Write the counts gathered since the last flush to the store."""
+    """Write the counts gathered since the last flush to the store.
+
+    A count is either in the registry or still pending in this process, never dropped: a route's counts are
+    marked flushed only after the store committed them, so a flush that raises leaves them for the next one.
+    """
     st = _state.store
     if st is None:
         return
-    deltas = []
-    with _state.lock:
-        for r in _state.routes.values():
-            now = (r.hits, r.misses, r.fallbacks)
-            d = tuple(a - b for a, b in zip(now, r.flushed))
-            if any(d):
-                deltas.append(CountDelta(r.key.id, r.candidate.name, params_id(r.params), r.env.fingerprint, *d))
-                r.flushed = now
-    if deltas:
-        st.add_counts(deltas)
+    with flusher.deferring_signals(), _flush_lock:
+        taken, deltas = [], []
+        with _state.lock:
+            for r in _state.routes.values():
+                now = (r.hits, r.misses, r.fallbacks)
+                d = tuple(a - b for a, b in zip(now, r.flushed))
+                if any(d):
+                    taken.append((r, now))
+                    deltas.append(CountDelta(r.key.id, r.candidate.name, params_id(r.params), r.env.fingerprint,
+                                             *d))
+        if not deltas:
+            return
+        st.add_counts(deltas)  # raises: nothing was marked, so every count stays pending
+        with _state.lock:
+            for r, now in taken:
+                r.flushed = now  # counted since the snapshot stays pending for the next flush
+
+
+def _after_fork_in_child() -> None:
+    """A forked child inherits its parent's counters, which the parent flushes: it starts its own from zero.
+
+    Locks another parent thread held at the fork would never be released in the child; they are made anew.
+    """
+    global _flush_lock
+    _flush_lock = threading.Lock()
+    _state.lock = threading.RLock()
+    for r in _state.routes.values():
+        r.hits = r.misses = r.fallbacks = 0
+        r.flushed = (0, 0, 0)
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def reset() -> None:

@@ -27,6 +27,7 @@ import os
 import random
 import threading
 import time
+import weakref
 from datetime import timezone
 
 from sqlalchemy import UniqueConstraint, create_engine, delete, event, func, insert, select, update
@@ -38,7 +39,7 @@ from arbiter import env as envmod
 from arbiter.errors import RegistryError
 from arbiter.oracles.budgets import Budget
 from arbiter.store import (CountDelta, MeasurementRecord, SolutionRecord, Store, VerdictKey)
-from arbiter.store import migrate
+from arbiter.store import flusher, migrate
 from arbiter.store.models import (SCHEMA_VERSION, CandidateRow, CounterRow, Environment, MeasurementRow,
                                   ProblemKeyRow, RecordedKey, SolutionRow, VerdictRow)
 
@@ -51,6 +52,17 @@ _TRANSIENT = ("database is locked", "database is busy", "deadlock detected", "co
 _TRANSIENT_SQLSTATES = ("40P01", "40001")  # deadlock detected, serialization failure: retry the transaction
 _UNWRITABLE = ("unable to open database file", "readonly database", "read-only file system",
                "attempt to write a readonly")
+
+
+_LIVE: "weakref.WeakSet[SqlStore]" = weakref.WeakSet()  # open stores, made fit for a forked child
+
+
+def _after_fork_in_child() -> None:
+    for store in list(_LIVE):
+        store._after_fork_in_child()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class UnwritableRegistry(RegistryError):
@@ -275,11 +287,17 @@ class SqlStore(Store):
         self._loaded: set[tuple[str, str]] = set()  # ("solutions"|"verdicts", env) already bulk-loaded
         self._parents: set[tuple] = set()  # parent rows known committed: ("key", id), ("candidate", identity), ...
         self._pending: set[tuple] = set()  # parents written by the transaction in progress
+        _LIVE.add(self)
         self._open()
         if not readonly:
-            from arbiter.store import flusher
-
             flusher.start()
+
+    def _after_fork_in_child(self) -> None:
+        # The parent's pooled connections are the parent's (sharing one across processes corrupts its
+        # protocol state); drop them here without closing them for the parent. A lock another parent thread
+        # held at the fork would never be released in the child.
+        self._engine.dispose(close=False)
+        self._lock = threading.RLock()
 
     def __repr__(self):
         return f"<SqlStore {self.where}{' (read-only)' if self.readonly else ''}>"
@@ -303,7 +321,7 @@ class SqlStore(Store):
         deadline, delay, integrity = time.monotonic() + RETRY_SECONDS, 0.005, 0
         while True:
             try:
-                with self._lock, self._engine.connect() as conn:
+                with flusher.deferring_signals(), self._lock, self._engine.connect() as conn:
                     if write:
                         conn.execution_options(arbiter_write=True)
                     self._pending = set()
