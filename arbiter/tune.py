@@ -78,24 +78,43 @@ def tune_region(region, store, *, mode: str = "device", budget_s: float | None =
     return _decide_by_time(decision, order, records, region, store)
 
 
+def _measure(runner, row, region, **kwargs):
+    """A Measurement, or what went wrong: a runner's Crash, or the exception the solution raised in this process.
+
+    A solution that passed the gate may still raise once timed (another input, more calls); it fails alone,
+    with the reason, and the key is still decided by the others (issue 20 item 13).
+    """
+    try:
+        return runner.measure(row.candidate, row.params, region, **kwargs)
+    except Exception as exc:  # the candidate's fault, never the tuner's: record it, time the rest
+        return f"raised {type(exc).__name__}: {exc}"
+
+
 def _time_rows(order, region, store, env, runner, mode, cap, modes, progress) -> list[MeasurementRecord]:
     """Time each row (screening against the best so far); rows that crash are failed persistently."""
     records, best = [], None
     for row in order:
-        m = runner.measure(row.candidate, row.params, region, mode=mode, time_cap_s=cap, best_so_far=best)
+        m = _measure(runner, row, region, mode=mode, time_cap_s=cap, best_so_far=best)
         if not isinstance(m, Measurement):
             _crashed_while_timing(row, region, store, env, getattr(m, "reason", str(m)))
             continue
-        row.timing = m
-        records.append(_record(row, m, region.dims))
+        mine = [_record(row, m, region.dims)]
         if region.target == "cpu":  # one run serves both modes on the CPU (see arbiter.timing)
-            records.append(_record(row, Measurement(**{**m.__dict__, "mode": "latency"}), region.dims))
+            mine.append(_record(row, Measurement(**{**m.__dict__, "mode": "latency"}), region.dims))
         else:
+            crashed = None
             for other in modes:
                 if other != mode and not m.screened:
-                    extra = runner.measure(row.candidate, row.params, region, mode=other, time_cap_s=cap)
+                    extra = _measure(runner, row, region, mode=other, time_cap_s=cap)
                     if isinstance(extra, Measurement):
-                        records.append(_record(row, extra, region.dims))
+                        mine.append(_record(row, extra, region.dims))
+                    else:
+                        crashed = getattr(extra, "reason", str(extra))
+            if crashed is not None:  # no figure for a solution that crashes in either mode
+                _crashed_while_timing(row, region, store, env, crashed)
+                continue
+        row.timing = m
+        records += mine
         if not m.screened and (best is None or m.median_s < best):
             best = m.median_s
         if progress is not None:
