@@ -54,6 +54,11 @@ class MeasurementRecord:
 
 @dataclass
 class CountDelta:
+    """Dispatch counts of one solution at one key. ``hits``: served from the dispatch table; ``loads``: a
+    stored solution installed by a process (its first call of the key, nothing decided); ``misses``: the key
+    decided now (no stored solution); ``fallbacks``: a stand-in served because the stored winner could not be
+    here, or the winner declined an instance."""
+
     key: str
     candidate: str
     params: str
@@ -61,6 +66,10 @@ class CountDelta:
     hits: int = 0
     misses: int = 0
     fallbacks: int = 0
+    loads: int = 0
+
+    def total(self) -> int:
+        return self.hits + self.loads + self.misses + self.fallbacks
 
 
 class Store:
@@ -76,6 +85,10 @@ class Store:
         raise NotImplementedError
 
     def save_solution(self, record: SolutionRecord, environment=None) -> None:
+        raise NotImplementedError
+
+    def add_solution(self, record: SolutionRecord, environment=None) -> bool:
+        """Store ``record`` only where its (key, environment) has no solution yet; returns whether it did."""
         raise NotImplementedError
 
     def solutions(self, env: str | None = None) -> list[SolutionRecord]:
@@ -126,6 +139,10 @@ class MemoryStore(Store):
         with self._lock:
             self._solutions[(record.key, record.env)] = record
 
+    def add_solution(self, record, environment=None):
+        with self._lock:
+            return self._solutions.setdefault((record.key, record.env), record) is record
+
     def solutions(self, env=None):
         return [r for (k, e), r in self._solutions.items() if env is None or e == env]
 
@@ -144,6 +161,7 @@ class MemoryStore(Store):
                 slot.hits += d.hits
                 slot.misses += d.misses
                 slot.fallbacks += d.fallbacks
+                slot.loads += d.loads
 
     def counts(self):
         return list(self._counts.values())

@@ -43,6 +43,11 @@ class LayeredStore(Store):
     def save_solution(self, record, environment=None):
         self.user.save_solution(record, environment)
 
+    def add_solution(self, record, environment=None):
+        if self.system.load_solution(record.key, record.env) is not None:
+            return False  # the system registry's winner stands (lookups read it under an empty user layer)
+        return self.user.add_solution(record, environment)
+
     def solutions(self, env=None):
         mine = self.user.solutions(env)
         seen = {(r.key, r.env) for r in mine}

@@ -520,6 +520,31 @@ class SqlStore(Store):
         with self._lock:
             self._solutions[(record.key, record.env)] = record
 
+    def add_solution(self, record, environment=None):
+        target, fields = self._env_of(record.env, _key_target(record.key), environment)
+        ctarget, op, tier = self._candidate_of(record.candidate, record.key)
+        values = dict(candidate=record.candidate, identity=record.identity, params=dict(record.params),
+                      policy=record.policy, margin=_num(record.margin), note=record.note,
+                      created=record.created)
+
+        def write(conn):
+            found = select(SolutionRow.id).where(SolutionRow.key == record.key, SolutionRow.env == record.env)
+            if conn.execute(found).first() is not None:
+                return False
+            self._put_env(conn, record.env, target, fields)
+            self._put_key(conn, record.key)
+            self._put_candidate(conn, record.identity, record.candidate, ctarget, op, tier)
+            conn.execute(insert(SolutionRow).values(key=record.key, env=record.env, **values))  # a racing
+            return True  # insert fails on uq_solution; the retry then finds that row and stores nothing
+
+        stored = self._run(write, write=True)
+        with self._lock:
+            if stored:
+                self._solutions[(record.key, record.env)] = record
+            else:  # another process's winner: the next lookup reads it from the database
+                self._solutions.pop((record.key, record.env), None)
+        return stored
+
     def solutions(self, env=None):
         if env is None:
             return self._solution_rows()
@@ -567,12 +592,13 @@ class SqlStore(Store):
         # item 1: 8 PostgreSQL writers hit hundreds of deadlocks and ran out of retries).
         merged: dict[tuple, CountDelta] = {}
         for d in deltas:
-            if d.hits or d.misses or d.fallbacks:
+            if d.total():
                 slot = merged.setdefault((d.env, d.key, d.candidate, d.params),
                                          CountDelta(d.key, d.candidate, d.params, d.env))
                 slot.hits += d.hits
                 slot.misses += d.misses
                 slot.fallbacks += d.fallbacks
+                slot.loads += d.loads
         if not merged:
             return
         deltas = [merged[k] for k in sorted(merged)]
@@ -588,18 +614,18 @@ class SqlStore(Store):
                         .where(CounterRow.key == d.key, CounterRow.candidate == d.candidate,
                                CounterRow.params == d.params, CounterRow.env == d.env)
                         .values(hits=CounterRow.hits + d.hits, misses=CounterRow.misses + d.misses,
-                                fallbacks=CounterRow.fallbacks + d.fallbacks))
+                                fallbacks=CounterRow.fallbacks + d.fallbacks, loads=CounterRow.loads + d.loads))
                 if conn.execute(stmt).rowcount == 0:
                     conn.execute(insert(CounterRow).values(key=d.key, candidate=d.candidate, params=d.params,
                                                            env=d.env, hits=d.hits, misses=d.misses,
-                                                           fallbacks=d.fallbacks))
+                                                           fallbacks=d.fallbacks, loads=d.loads))
 
         self._run(write, write=True)
 
     def counts(self):
         rows = self._run(lambda conn: conn.execute(select(
             CounterRow.key, CounterRow.candidate, CounterRow.params, CounterRow.env, CounterRow.hits,
-            CounterRow.misses, CounterRow.fallbacks)).all(), write=False)
+            CounterRow.misses, CounterRow.fallbacks, CounterRow.loads)).all(), write=False)
         return [CountDelta(*r) for r in rows]
 
     def record_key(self, key, dims, env):

@@ -76,6 +76,22 @@ def fork_pool(db: str, n: int, terminate: bool) -> None:
     print(len(set(pids)), "workers", flush=True)
 
 
+def rmsnorm(db: str, strided: bool) -> None:
+    """One rmsnorm call at 8x64 (its weight a strided view when ``strided``); prints the solution that served."""
+    from arbiter.regions import RMSNorm
+
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((8, 64)).astype(np.float32)
+    w = rng.standard_normal(128).astype(np.float32)
+    weight = w[::2] if strided else w[:64].copy()
+    open_registry(db)
+    y = arbiter.run_arbitrated("rmsnorm", RMSNorm(x, weight, eps=1e-5))
+    np.testing.assert_allclose(y, x / np.sqrt((x * x).mean(-1, keepdims=True) + 1e-5) * weight, rtol=1e-4,
+                               atol=1e-5)
+    [row] = [r for r in arbiter.stats() if r["installed"]]
+    print(row["solution"], row["hits"], row["loads"], row["misses"], row["fallbacks"], flush=True)
+
+
 if __name__ == "__main__":
     mode, db = sys.argv[1], sys.argv[2]
     n = int(sys.argv[3]) if len(sys.argv) > 3 else 100
@@ -87,5 +103,7 @@ if __name__ == "__main__":
         fork_pool(db, n, terminate=False)
     elif mode == "fork_pool_terminate":
         fork_pool(db, n, terminate=True)
+    elif mode in ("rmsnorm", "rmsnorm_strided"):
+        rmsnorm(db, strided=mode == "rmsnorm_strided")
     else:
         raise SystemExit(f"unknown mode {mode!r}")
