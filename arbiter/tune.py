@@ -9,7 +9,7 @@ parameter set), time each one that passed, and decide:
 * otherwise the tier default stays, policy ``tier``, noted "not separated"
   (or "only one solution passed the gate").
 
-Measurements (both modes on GPUs), the verdicts and the solution are persisted.
+Measurements (both modes on GPUs), the verdicts and the solution are persisted, in one transaction.
 """
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ import time
 
 from arbiter import select
 from arbiter.candidates import params_id
+from arbiter.errors import NoCandidateError
 from arbiter.store import MeasurementRecord, SolutionRecord, VerdictKey
 from arbiter.timing import Measurement, measure
 from arbiter.verify import Verdict
@@ -68,14 +69,30 @@ def tune_region(region, store, *, mode: str = "device", budget_s: float | None =
     at the same time (``arbiter.parallel`` passes one for CPU workers).
     """
     runner = runner or InProcess()
-    decision = select.decide(region, store, gate_all=True, all_params=True, verifier=runner.verify)
-    cap = 1.0 if budget_s is None else max(0.05, budget_s / max(1, sum(r.status == "passed" for r in decision.rows)))
-    modes = [mode] if region.target == "cpu" else ["device", "latency"]
-    # Time the tier default first, so early screening has a baseline from the start.
-    order = [decision.winner] + [r for r in decision.rows if r.status == "passed" and r is not decision.winner]
-    with timing_lock or contextlib.nullcontext():
-        records = _time_rows(order, region, store, decision.env, runner, mode, cap, modes, progress)
-    return _decide_by_time(decision, order, records, region, store)
+    # One commit for the key: its verdicts, measurements and solution, or nothing. Committed apart, a process
+    # killed between them left measurements without a solution, a key later runs skip as "tuned already"
+    # and `doctor` calls healthy (issue 20 item 5).
+    nothing_passed = None
+    with store.transaction():
+        try:
+            decision = select.decide(region, store, gate_all=True, all_params=True, verifier=runner.verify)
+        except NoCandidateError as exc:  # every verdict failed: they are still worth keeping
+            nothing_passed = exc
+        else:
+            cap = 1.0 if budget_s is None else max(0.05, budget_s / max(1, sum(r.status == "passed"
+                                                                               for r in decision.rows)))
+            modes = [mode] if region.target == "cpu" else ["device", "latency"]
+            # Time the tier default first, so early screening has a baseline from the start.
+            order = [decision.winner] + [r for r in decision.rows if r.status == "passed" and r is not decision.winner]
+            with timing_lock or contextlib.nullcontext():
+                records = _time_rows(order, region, store, decision.env, runner, mode, cap, modes, progress)
+            try:
+                decision = _decide_by_time(decision, order, records, region, store)
+            except NoCandidateError as exc:  # every solution crashed while timed: keep their failed verdicts
+                nothing_passed = exc
+    if nothing_passed is not None:
+        raise nothing_passed
+    return decision
 
 
 def _measure(runner, row, region, **kwargs):
@@ -126,8 +143,6 @@ def _decide_by_time(decision, order, records, region, store):
     """Apply the separation rule to the timed rows; persist measurements and the solution."""
     passed = [r for r in decision.rows if r.status == "passed"]
     if not passed:
-        from arbiter.errors import NoCandidateError
-
         raise NoCandidateError(region.key, decision.rows)
     default = next((r for r in order if r.status == "passed"))  # the tier default (or the next one standing)
 

@@ -7,6 +7,7 @@ and nothing on the dispatch hot path touches a store.
 """
 from __future__ import annotations
 
+import contextlib
 import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -74,6 +75,12 @@ class CountDelta:
 
 class Store:
     """What the arbiter needs from persistence. All methods are safe to call from any thread."""
+
+    def transaction(self):
+        """A context in which this thread's writes commit together when it ends, or not at all when it raises
+        (or the process dies): a tuned key's verdicts, measurements and solution are one commit. Reads inside
+        it do not see its writes. Nested, it joins the outer one."""
+        return contextlib.nullcontext()  # a store in memory dies with its process: nothing to make atomic
 
     def load_verdict(self, vkey: VerdictKey):
         raise NotImplementedError

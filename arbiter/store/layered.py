@@ -29,6 +29,9 @@ class LayeredStore(Store):
     def __repr__(self):
         return f"<LayeredStore {self.user!r} over {self.system!r}>"
 
+    def transaction(self):
+        return self.user.transaction()  # every write goes to the user layer
+
     def load_verdict(self, vkey):
         found = self.user.load_verdict(vkey)
         return found if found is not None else self.system.load_verdict(vkey)

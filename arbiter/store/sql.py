@@ -19,6 +19,7 @@ Contract, beyond ``arbiter.store.Store``:
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 
@@ -287,6 +288,7 @@ class SqlStore(Store):
         self._loaded: set[tuple[str, str]] = set()  # ("solutions"|"verdicts", env) already bulk-loaded
         self._parents: set[tuple] = set()  # parent rows known committed: ("key", id), ("candidate", identity), ...
         self._pending: set[tuple] = set()  # parents written by the transaction in progress
+        self._local = threading.local()  # .batch: the writes of this thread's open ``transaction()``
         _LIVE.add(self)
         self._open()
         if not readonly:
@@ -344,6 +346,37 @@ class SqlStore(Store):
                 raise self._error(exc) from exc
             time.sleep(delay * (0.5 + random.random()))
             delay = min(delay * 2, 0.25)
+
+    def _write(self, fn, after=None) -> None:
+        """Run the write ``fn(connection)`` now (one transaction), or add it to this thread's open
+        ``transaction()``; ``after()`` updates the caches once it is committed."""
+        batch = getattr(self._local, "batch", None)
+        if batch is not None:
+            batch.append((fn, after))
+            return
+        self._run(fn, write=True)
+        if after is not None:
+            after()
+
+    @contextlib.contextmanager
+    def transaction(self):
+        if getattr(self._local, "batch", None) is not None:
+            yield  # nested: the outer transaction commits everything
+            return
+        batch = self._local.batch = []
+        try:
+            yield
+        finally:
+            self._local.batch = None  # on an exception nothing of it was written, and nothing will be
+        if batch:
+            def write(conn):
+                for fn, _ in batch:
+                    fn(conn)
+
+            self._run(write, write=True)
+            for _, after in batch:
+                if after is not None:
+                    after()
 
     def _open(self) -> None:
         found = self._run(migrate.read_version, write=False)
@@ -468,9 +501,11 @@ class SqlStore(Store):
                 conn.execute(insert(VerdictRow).values(identity=vkey.identity, params=vkey.params, key=vkey.key,
                                                        env=vkey.env, **values))
 
-        self._run(write, write=True)
-        with self._lock:
-            self._verdicts[vkey] = verdict
+        def cache():
+            with self._lock:
+                self._verdicts[vkey] = verdict
+
+        self._write(write, cache)
 
     # --- solutions ----------------------------------------------------------
     @staticmethod
@@ -516,9 +551,11 @@ class SqlStore(Store):
             if conn.execute(stmt.values(**values)).rowcount == 0:
                 conn.execute(insert(SolutionRow).values(key=record.key, env=record.env, **values))
 
-        self._run(write, write=True)
-        with self._lock:
-            self._solutions[(record.key, record.env)] = record
+        def cache():
+            with self._lock:
+                self._solutions[(record.key, record.env)] = record
+
+        self._write(write, cache)
 
     def add_solution(self, record, environment=None):
         target, fields = self._env_of(record.env, _key_target(record.key), environment)
@@ -569,7 +606,7 @@ class SqlStore(Store):
             if rows:
                 conn.execute(insert(MeasurementRow), rows)
 
-        self._run(write, write=True)
+        self._write(write)
 
     def load_measurements(self, key, env):
         import json

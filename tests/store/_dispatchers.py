@@ -92,6 +92,28 @@ def rmsnorm(db: str, strided: bool) -> None:
     print(row["solution"], row["hits"], row["loads"], row["misses"], row["fallbacks"], flush=True)
 
 
+def tune_killed_at_solution(db: str) -> None:
+    """Tune rmsnorm 8x64 and SIGKILL this process the moment it writes the key's solution (after its verdicts
+    and measurements): the hook point where two commits left a half-tuned key."""
+    from sqlalchemy import event
+
+    from arbiter.regions import RMSNorm
+    from arbiter.tune import tune_region
+
+    st = SqlStore(db)
+    arbiter.configure(store=st)
+
+    @event.listens_for(st._engine, "before_cursor_execute")
+    def _kill_at_solution(conn, cursor, statement, parameters, context, executemany):
+        if statement.lstrip().upper().startswith(("UPDATE SOLUTIONS", "INSERT INTO SOLUTIONS")):
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    rng = np.random.default_rng(1)
+    region = RMSNorm(rng.standard_normal((8, 64)).astype(np.float32), rng.standard_normal(64).astype(np.float32))
+    tune_region(region, st, budget_s=0.3)
+    print("not killed", flush=True)
+
+
 if __name__ == "__main__":
     mode, db = sys.argv[1], sys.argv[2]
     n = int(sys.argv[3]) if len(sys.argv) > 3 else 100
@@ -103,6 +125,8 @@ if __name__ == "__main__":
         fork_pool(db, n, terminate=False)
     elif mode == "fork_pool_terminate":
         fork_pool(db, n, terminate=True)
+    elif mode == "tune_killed_at_solution":
+        tune_killed_at_solution(db)
     elif mode in ("rmsnorm", "rmsnorm_strided"):
         rmsnorm(db, strided=mode == "rmsnorm_strided")
     else:
