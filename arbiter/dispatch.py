@@ -24,22 +24,26 @@ from arbiter import select
 from arbiter.candidates import REGISTRY, Fallback, params_id
 from arbiter.errors import RegionError, StrictMissError
 from arbiter.ladder import nearest_winners
-from arbiter.store import CountDelta, SolutionRecord
+from arbiter.store import CountDelta, SolutionRecord, flusher
 
 POLICIES = ("tier", "tune", "record", "strict")
 
 
 class Route:
-    """A key's installed solution and its counters (hits, misses, fallbacks)."""
+    """A key's installed solution and its counters: hits (served from the table), misses (the key decided
+    here), loads (a stored solution installed), fallbacks (a stand-in served; see ``CountDelta``)."""
 
-    __slots__ = ("key", "candidate", "params", "run", "policy", "hits", "misses", "fallbacks",
+    __slots__ = ("key", "candidate", "params", "run", "policy", "hits", "misses", "fallbacks", "loads",
                  "flushed", "env")
 
     def __init__(self, key, candidate, params, policy, env):
         self.key, self.candidate, self.params, self.policy, self.env = key, candidate, params, policy, env
         self.run = candidate.run
-        self.hits = self.misses = self.fallbacks = 0
-        self.flushed = (0, 0, 0)
+        self.hits = self.misses = self.fallbacks = self.loads = 0
+        self.flushed = (0, 0, 0, 0)
+
+    def counts(self) -> tuple[int, int, int, int]:
+        return self.hits, self.misses, self.fallbacks, self.loads
 
     @property
     def label(self):
@@ -174,15 +178,21 @@ def _miss(region, policy):
     found, why_not = _stored(region, st, env)
     if found is not None:
         cand, record = found
-        return _install(region.key, cand, record.params, record.policy, env, "misses")
+        return _install(region.key, cand, record.params, record.policy, env, "loads")  # nothing decided
     if policy == "strict":
         raise StrictMissError(region.key)
-    if policy == "tune":
+    if why_not is not None:
+        # The key has a shared winner that this process cannot serve (an operand it does not apply to, a
+        # plug-in not loaded here, ...): the stand-in chosen now serves this process only. Stored, it would
+        # replace a measured or forced winner for every process (issue 20 item 4).
+        decision = select.decide(region, st, prefer=nearest_winners(region, st, env))
+    elif policy == "tune":
         from arbiter.tune import tune_region
 
         decision = tune_region(region, st)
     else:
-        decision = decide_and_store(region, st, prefer=nearest_winners(region, st, env))  # the bucket ladder
+        decision = decide_and_store(region, st, prefer=nearest_winners(region, st, env),  # the bucket ladder
+                                    replace=False)
         if policy == "record":
             st.record_key(region.key.id, region.dims, env.fingerprint)
     _state.verified += decision.verified_now
@@ -192,12 +202,17 @@ def _miss(region, policy):
                     "fallbacks" if why_not else "misses")
 
 
-def decide_and_store(region, st, *, force=None, prefer=None, gate_all=False):
+def decide_and_store(region, st, *, force=None, prefer=None, gate_all=False, replace=True):
+    """Decide ``region``'s key and store the winner. ``replace=False``: store it only where the key has no
+    winner yet (a tier choice made on a miss must not overwrite one another process measured meanwhile)."""
     decision = select.decide(region, st, force=force, prefer=prefer, gate_all=gate_all)
     w = decision.winner
-    st.save_solution(SolutionRecord(region.key.id, w.candidate.name, w.candidate.identity(), w.params,
-                                    decision.policy, decision.env.fingerprint, note=decision.note),
-                     decision.env)
+    record = SolutionRecord(region.key.id, w.candidate.name, w.candidate.identity(), w.params, decision.policy,
+                            decision.env.fingerprint, note=decision.note)
+    if replace:
+        st.save_solution(record, decision.env)
+    else:
+        st.add_solution(record, decision.env)
     return decision
 
 
@@ -222,8 +237,8 @@ def stats() -> list[dict]:
     with _state.lock:
         return [
             {"key": r.key.id, "target": r.key.target, "op": r.key.op, "solution": r.label,
-             "tier": r.candidate.tier.name, "policy": r.policy, "hits": r.hits, "misses": r.misses,
-             "fallbacks": r.fallbacks, "installed": _table.get(r.key.id) is r}
+             "tier": r.candidate.tier.name, "policy": r.policy, "hits": r.hits, "loads": r.loads,
+             "misses": r.misses, "fallbacks": r.fallbacks, "installed": _table.get(r.key.id) is r}
             for r in _state.routes.values()
         ]
 
@@ -233,21 +248,50 @@ def verified_count() -> int:
     return _state.verified
 
 
+_flush_lock = threading.Lock()  # one flush at a time: a second one would send the counts the first has in flight
+
+
 def flush() -> None:
-    """Write the counts gathered since the last flush to the store."""
+    """Write the counts gathered since the last flush to the store.
+
+    A count is either in the registry or still pending in this process, never dropped: a route's counts are
+    marked flushed only after the store committed them, so a flush that raises leaves them for the next one.
+    """
     st = _state.store
     if st is None:
         return
-    deltas = []
-    with _state.lock:
-        for r in _state.routes.values():
-            now = (r.hits, r.misses, r.fallbacks)
-            d = tuple(a - b for a, b in zip(now, r.flushed))
-            if any(d):
-                deltas.append(CountDelta(r.key.id, r.candidate.name, params_id(r.params), r.env.fingerprint, *d))
-                r.flushed = now
-    if deltas:
-        st.add_counts(deltas)
+    with flusher.deferring_signals(), _flush_lock:
+        taken, deltas = [], []
+        with _state.lock:
+            for r in _state.routes.values():
+                now = r.counts()
+                d = tuple(a - b for a, b in zip(now, r.flushed))
+                if any(d):
+                    taken.append((r, now))
+                    deltas.append(CountDelta(r.key.id, r.candidate.name, params_id(r.params), r.env.fingerprint,
+                                             *d))
+        if not deltas:
+            return
+        st.add_counts(deltas)  # raises: nothing was marked, so every count stays pending
+        with _state.lock:
+            for r, now in taken:
+                r.flushed = now  # counted since the snapshot stays pending for the next flush
+
+
+def _after_fork_in_child() -> None:
+    """A forked child inherits its parent's counters, which the parent flushes: it starts its own from zero.
+
+    Locks another parent thread held at the fork would never be released in the child; they are made anew.
+    """
+    global _flush_lock
+    _flush_lock = threading.Lock()
+    _state.lock = threading.RLock()
+    for r in _state.routes.values():
+        r.hits = r.misses = r.fallbacks = r.loads = 0
+        r.flushed = (0, 0, 0, 0)
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def reset() -> None:

@@ -185,12 +185,14 @@ def collect(layers: list[tuple[str, object]], *, target: str | None = None, op: 
     return Report(where, datetime.now(timezone.utc), envs, sections, stale, zero)
 
 
-def _hits(entry: KeyEntry) -> int:
+def _hits(entry: KeyEntry, dispatches: bool = False) -> int:
+    """The winner's hits; with ``dispatches``, every call it took (hits, loads, misses and fallbacks)."""
     s = entry.solution
     if s is None:
         return 0
     pid = params_id(s.params)
-    return sum(c.hits for c in entry.counts if c.candidate == s.candidate and c.params == pid)
+    return sum(c.total() if dispatches else c.hits for c in entry.counts
+               if c.candidate == s.candidate and c.params == pid)
 
 
 # --- plots ---------------------------------------------------------------------------------------------------
@@ -362,7 +364,8 @@ def _section_html(s: Section, env_state: str, plots: bool) -> str:
                      f"<b>{_e(k.winner)}</b>" if r else "<span class=stale>none: every solution failed the gate</span>",
                      _e(r.policy) if r else "", _fmt(r.margin * 100 if r and r.margin is not None else None, "+.1f"),
                      _e(r.note) if r else "", budget,
-                     (str(hits) if hits else "<span class=warn>0 (never dispatched)</span>") if r else "",
+                     (str(hits) if hits or _hits(k, dispatches=True) else
+                      "<span class=warn>0 (never dispatched)</span>") if r else "",
                      _e(k.layer)])
     parts.append("<h3>Winners</h3>" + _table(["key", "winner", "policy", "margin %", "note", "budget", "hits",
                                               "layer"], rows, numeric=(3, 6)))
@@ -386,10 +389,11 @@ def _section_html(s: Section, env_state: str, plots: bool) -> str:
         for c in sorted(k.counts, key=lambda c: (-c.hits, c.candidate)):
             sol = label(c.candidate, c.params)
             counted.append([f"<code>{_e(k.key.id)}</code>", ("★ " if sol == k.winner else "") + _e(sol),
-                            str(c.hits), str(c.misses), str(c.fallbacks)])
+                            str(c.hits), str(c.loads), str(c.misses), str(c.fallbacks)])
     if counted:
         parts.append("<h3>Dispatch counters</h3>"
-                     + _table(["key", "solution", "hits", "misses", "fallbacks"], counted, numeric=(2, 3, 4)))
+                     + _table(["key", "solution", "hits", "loads", "misses", "fallbacks"], counted,
+                              numeric=(2, 3, 4, 5)))
     return "\n".join(parts)
 
 

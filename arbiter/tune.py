@@ -9,7 +9,7 @@ parameter set), time each one that passed, and decide:
 * otherwise the tier default stays, policy ``tier``, noted "not separated"
   (or "only one solution passed the gate").
 
-Measurements (both modes on GPUs), the verdicts and the solution are persisted.
+Measurements (both modes on GPUs), the verdicts and the solution are persisted, in one transaction.
 """
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ import time
 
 from arbiter import select
 from arbiter.candidates import params_id
+from arbiter.errors import NoCandidateError
 from arbiter.store import MeasurementRecord, SolutionRecord, VerdictKey
 from arbiter.timing import Measurement, measure
 from arbiter.verify import Verdict
@@ -68,34 +69,69 @@ def tune_region(region, store, *, mode: str = "device", budget_s: float | None =
     at the same time (``arbiter.parallel`` passes one for CPU workers).
     """
     runner = runner or InProcess()
-    decision = select.decide(region, store, gate_all=True, all_params=True, verifier=runner.verify)
-    cap = 1.0 if budget_s is None else max(0.05, budget_s / max(1, sum(r.status == "passed" for r in decision.rows)))
-    modes = [mode] if region.target == "cpu" else ["device", "latency"]
-    # Time the tier default first, so early screening has a baseline from the start.
-    order = [decision.winner] + [r for r in decision.rows if r.status == "passed" and r is not decision.winner]
-    with timing_lock or contextlib.nullcontext():
-        records = _time_rows(order, region, store, decision.env, runner, mode, cap, modes, progress)
-    return _decide_by_time(decision, order, records, region, store)
+    # One commit for the key: its verdicts, measurements and solution, or nothing. Committed apart, a process
+    # killed between them left measurements without a solution, a key later runs skip as "tuned already"
+    # and `doctor` calls healthy (issue 20 item 5).
+    nothing_passed = None
+    with store.transaction():
+        try:
+            decision = select.decide(region, store, gate_all=True, all_params=True, verifier=runner.verify)
+        except NoCandidateError as exc:  # every verdict failed: they are still worth keeping
+            nothing_passed = exc
+        else:
+            cap = 1.0 if budget_s is None else max(0.05, budget_s / max(1, sum(r.status == "passed"
+                                                                               for r in decision.rows)))
+            modes = [mode] if region.target == "cpu" else ["device", "latency"]
+            # Time the tier default first, so early screening has a baseline from the start.
+            order = [decision.winner] + [r for r in decision.rows if r.status == "passed" and r is not decision.winner]
+            with timing_lock or contextlib.nullcontext():
+                records = _time_rows(order, region, store, decision.env, runner, mode, cap, modes, progress)
+            try:
+                decision = _decide_by_time(decision, order, records, region, store)
+            except NoCandidateError as exc:  # every solution crashed while timed: keep their failed verdicts
+                nothing_passed = exc
+    if nothing_passed is not None:
+        raise nothing_passed
+    return decision
+
+
+def _measure(runner, row, region, **kwargs):
+    """A Measurement, or what went wrong: a runner's Crash, or the exception the solution raised in this process.
+
+    A solution that passed the gate may still raise once timed (another input, more calls); it fails alone,
+    with the reason, and the key is still decided by the others (issue 20 item 13).
+    """
+    try:
+        return runner.measure(row.candidate, row.params, region, **kwargs)
+    except Exception as exc:  # the candidate's fault, never the tuner's: record it, time the rest
+        return f"raised {type(exc).__name__}: {exc}"
 
 
 def _time_rows(order, region, store, env, runner, mode, cap, modes, progress) -> list[MeasurementRecord]:
     """Time each row (screening against the best so far); rows that crash are failed persistently."""
     records, best = [], None
     for row in order:
-        m = runner.measure(row.candidate, row.params, region, mode=mode, time_cap_s=cap, best_so_far=best)
+        m = _measure(runner, row, region, mode=mode, time_cap_s=cap, best_so_far=best)
         if not isinstance(m, Measurement):
             _crashed_while_timing(row, region, store, env, getattr(m, "reason", str(m)))
             continue
-        row.timing = m
-        records.append(_record(row, m, region.dims))
+        mine = [_record(row, m, region.dims)]
         if region.target == "cpu":  # one run serves both modes on the CPU (see arbiter.timing)
-            records.append(_record(row, Measurement(**{**m.__dict__, "mode": "latency"}), region.dims))
+            mine.append(_record(row, Measurement(**{**m.__dict__, "mode": "latency"}), region.dims))
         else:
+            crashed = None
             for other in modes:
                 if other != mode and not m.screened:
-                    extra = runner.measure(row.candidate, row.params, region, mode=other, time_cap_s=cap)
+                    extra = _measure(runner, row, region, mode=other, time_cap_s=cap)
                     if isinstance(extra, Measurement):
-                        records.append(_record(row, extra, region.dims))
+                        mine.append(_record(row, extra, region.dims))
+                    else:
+                        crashed = getattr(extra, "reason", str(extra))
+            if crashed is not None:  # no figure for a solution that crashes in either mode
+                _crashed_while_timing(row, region, store, env, crashed)
+                continue
+        row.timing = m
+        records += mine
         if not m.screened and (best is None or m.median_s < best):
             best = m.median_s
         if progress is not None:
@@ -107,8 +143,6 @@ def _decide_by_time(decision, order, records, region, store):
     """Apply the separation rule to the timed rows; persist measurements and the solution."""
     passed = [r for r in decision.rows if r.status == "passed"]
     if not passed:
-        from arbiter.errors import NoCandidateError
-
         raise NoCandidateError(region.key, decision.rows)
     default = next((r for r in order if r.status == "passed"))  # the tier default (or the next one standing)
 

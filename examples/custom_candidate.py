@@ -36,5 +36,5 @@ assert np.allclose(y.sum(axis=-1), 1.0, atol=1e-5)
 
 # 4. Counters per (key, solution).
 for row in arbiter.stats():
-    print(row["solution"], row["policy"], "hits", row["hits"], "misses", row["misses"])
+    print(row["solution"], row["policy"], "hits", row["hits"], "loads", row["loads"], "misses", row["misses"])
 arbiter.flush()

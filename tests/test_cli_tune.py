@@ -40,7 +40,7 @@ def test_tune_then_a_new_process_hits_the_stored_solution(tmp_path):
     assert label.startswith(stored["winner"]) and policy == stored["policy"]
     assert verified == "0"  # verdicts were persisted by the tuning process
     [after] = json.loads(cli(db, "stats", "--json").stdout)["solutions"]
-    assert (after["hits"], after["misses"], after["fallbacks"]) == (4, 1, 0)
+    assert (after["hits"], after["loads"], after["misses"], after["fallbacks"]) == (4, 1, 0, 0)  # a load, no miss
 
     again = cli(db, "tune", "--op", "rmsnorm", "--shape", "512x1024").stdout
     assert "skip rmsnorm 512x1024 float32: tuned already" in again  # resumable: nothing measured twice

@@ -12,4 +12,4 @@ def test_custom_candidate_example_runs(tmp_path):
     done = subprocess.run([sys.executable, str(ROOT / "examples" / "custom_candidate.py")], env=env,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
-    assert "my_softmax" in done.stdout and "hits 99 misses 1" in done.stdout
+    assert "my_softmax" in done.stdout and "hits 99 loads 1 misses 0" in done.stdout

@@ -96,7 +96,7 @@ def stats(
     target: str = typer.Option(None, help="Only keys of this target."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
 ):
-    """Stored solutions per key: winner, policy, tier, persisted hits/misses/fallbacks, and stale entries."""
+    """Stored solutions per key: winner, policy, tier, persisted hits/loads/misses/fallbacks, and stale entries."""
     from arbiter.candidates import params_id
     from arbiter.store.sql import current_environment
 
@@ -107,10 +107,11 @@ def stats(
             tiers = sql.candidate_tiers()
             counts: dict[tuple, list[int]] = {}
             for c in sql.counts():
-                slot = counts.setdefault((c.key, c.candidate, c.params, c.env), [0, 0, 0])
+                slot = counts.setdefault((c.key, c.candidate, c.params, c.env), [0, 0, 0, 0])
                 slot[0] += c.hits
-                slot[1] += c.misses
-                slot[2] += c.fallbacks
+                slot[1] += c.loads
+                slot[2] += c.misses
+                slot[3] += c.fallbacks
             layer_stale = {e["fingerprint"]: e for e in _stale_envs(sql)}
             stale += [{**e, "layer": layer} for e in layer_stale.values()]
             for r in sql.solutions():
@@ -120,24 +121,28 @@ def stats(
                 now, why = current_environment(t)
                 state = ("current" if now is not None and now.fingerprint == r.env
                          else "stale" if r.env in layer_stale else f"not checked ({why or 'other environment'})")
-                hits, misses, fallbacks = counts.get((r.key, r.candidate, params_id(r.params), r.env), (0, 0, 0))
+                hits, loads, misses, fallbacks = counts.get((r.key, r.candidate, params_id(r.params), r.env),
+                                                            (0, 0, 0, 0))
                 rows.append({"layer": layer, "key": r.key, "target": t, "op": o, "env": r.env, "state": state,
                              "winner": _label(r.candidate, r.params), "policy": r.policy,
                              "tier": tiers.get(r.identity, ""), "margin": r.margin, "note": r.note,
-                             "hits": hits, "misses": misses, "fallbacks": fallbacks})
+                             "hits": hits, "loads": loads, "misses": misses, "fallbacks": fallbacks})
     zero = [r for r in rows if r["state"] == "current" and r["hits"] == 0]
+    counted = ("hits", "loads", "misses", "fallbacks")
     if as_json:
         print(json.dumps({"registry": _shown(), "solutions": rows, "stale_environments": stale,
                           "zero_hit_solutions": len(zero)}, indent=1, default=str))
         return
     out = console()
     table = Table(title=f"registry {_shown()}: stored solutions")
-    for col in ("key", "winner", "policy", "tier", "hits", "misses", "fallbacks", "state"):
-        table.add_column(col, justify="right" if col in ("hits", "misses", "fallbacks") else "left")
+    for col in ("key", "winner", "policy", "tier", *counted, "state"):
+        table.add_column(col, justify="right" if col in counted else "left")
     for r in sorted(rows, key=lambda r: (r["state"] != "current", r["key"])):
-        hits = "[yellow]0 (never dispatched)[/yellow]" if r["hits"] == 0 else str(r["hits"])
+        # "never dispatched" only when no process ever called the key: a load or a miss is a dispatch
+        never = not any(r[c] for c in counted)
+        hits = "[yellow]0 (never dispatched)[/yellow]" if never else str(r["hits"])
         state = r["state"] + (f" [{r['layer']}]" if r["layer"] != "user" else "")
-        table.add_row(r["key"], r["winner"], r["policy"], r["tier"], hits, str(r["misses"]), str(r["fallbacks"]),
+        table.add_row(r["key"], r["winner"], r["policy"], r["tier"], hits, *(str(r[c]) for c in counted[1:]),
                       state if r["state"] == "current" else f"[red]{state}[/red]")
     out.print(table)
     for e in stale:

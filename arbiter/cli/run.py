@@ -31,7 +31,7 @@ def run(
     st = dispatch.store()
     start = time.perf_counter()
     table = Table(title=f"decisions: suite {suite!r} on {target}", title_justify="left")
-    for col in ("problem", "bucket", "winner", "tier", "policy", "rel error", "hits", "misses", "fallb."):
+    for col in ("problem", "bucket", "winner", "tier", "policy", "rel error", "hits", "loads", "misses", "fallb."):
         table.add_column(col, overflow="fold")
     for i, problem in enumerate(problems):
         region = problem.region(target, seed=i)
@@ -42,7 +42,7 @@ def run(
         verdict = st.load_verdict(VerdictKey(route.candidate.identity(), params_id(route.params), region.key.id,
                                              env.fingerprint))
         table.add_row(escape(problem.label), region.key.shape_text, route.label, route.candidate.tier.name, route.policy,
-                      f"{verdict.rel_error:.1e}" if verdict else "", str(route.hits), str(route.misses),
+                      f"{verdict.rel_error:.1e}" if verdict else "", str(route.hits), str(route.loads), str(route.misses),
                       str(route.fallbacks))
     console.print(table)
     arbiter.flush()

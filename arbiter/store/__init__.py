@@ -7,6 +7,7 @@ and nothing on the dispatch hot path touches a store.
 """
 from __future__ import annotations
 
+import contextlib
 import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -54,6 +55,11 @@ class MeasurementRecord:
 
 @dataclass
 class CountDelta:
+    """Dispatch counts of one solution at one key. ``hits``: served from the dispatch table; ``loads``: a
+    stored solution installed by a process (its first call of the key, nothing decided); ``misses``: the key
+    decided now (no stored solution); ``fallbacks``: a stand-in served because the stored winner could not be
+    here, or the winner declined an instance."""
+
     key: str
     candidate: str
     params: str
@@ -61,10 +67,20 @@ class CountDelta:
     hits: int = 0
     misses: int = 0
     fallbacks: int = 0
+    loads: int = 0
+
+    def total(self) -> int:
+        return self.hits + self.loads + self.misses + self.fallbacks
 
 
 class Store:
     """What the arbiter needs from persistence. All methods are safe to call from any thread."""
+
+    def transaction(self):
+        """A context in which this thread's writes commit together when it ends, or not at all when it raises
+        (or the process dies): a tuned key's verdicts, measurements and solution are one commit. Reads inside
+        it do not see its writes. Nested, it joins the outer one."""
+        return contextlib.nullcontext()  # a store in memory dies with its process: nothing to make atomic
 
     def load_verdict(self, vkey: VerdictKey):
         raise NotImplementedError
@@ -76,6 +92,10 @@ class Store:
         raise NotImplementedError
 
     def save_solution(self, record: SolutionRecord, environment=None) -> None:
+        raise NotImplementedError
+
+    def add_solution(self, record: SolutionRecord, environment=None) -> bool:
+        """Store ``record`` only where its (key, environment) has no solution yet; returns whether it did."""
         raise NotImplementedError
 
     def solutions(self, env: str | None = None) -> list[SolutionRecord]:
@@ -126,6 +146,10 @@ class MemoryStore(Store):
         with self._lock:
             self._solutions[(record.key, record.env)] = record
 
+    def add_solution(self, record, environment=None):
+        with self._lock:
+            return self._solutions.setdefault((record.key, record.env), record) is record
+
     def solutions(self, env=None):
         return [r for (k, e), r in self._solutions.items() if env is None or e == env]
 
@@ -144,6 +168,7 @@ class MemoryStore(Store):
                 slot.hits += d.hits
                 slot.misses += d.misses
                 slot.fallbacks += d.fallbacks
+                slot.loads += d.loads
 
     def counts(self):
         return list(self._counts.values())

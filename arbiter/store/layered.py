@@ -29,6 +29,9 @@ class LayeredStore(Store):
     def __repr__(self):
         return f"<LayeredStore {self.user!r} over {self.system!r}>"
 
+    def transaction(self):
+        return self.user.transaction()  # every write goes to the user layer
+
     def load_verdict(self, vkey):
         found = self.user.load_verdict(vkey)
         return found if found is not None else self.system.load_verdict(vkey)
@@ -42,6 +45,11 @@ class LayeredStore(Store):
 
     def save_solution(self, record, environment=None):
         self.user.save_solution(record, environment)
+
+    def add_solution(self, record, environment=None):
+        if self.system.load_solution(record.key, record.env) is not None:
+            return False  # the system registry's winner stands (lookups read it under an empty user layer)
+        return self.user.add_solution(record, environment)
 
     def solutions(self, env=None):
         mine = self.user.solutions(env)

@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 
 def utcnow() -> datetime:
@@ -150,6 +150,7 @@ class CounterRow(Base):
     hits: Mapped[int] = mapped_column(Integer, default=0)
     misses: Mapped[int] = mapped_column(Integer, default=0)
     fallbacks: Mapped[int] = mapped_column(Integer, default=0)
+    loads: Mapped[int] = mapped_column(Integer, default=0)  # v4: a stored solution installed by a process
 
 
 class RecordedKey(Base):

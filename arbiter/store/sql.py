@@ -19,6 +19,7 @@ Contract, beyond ``arbiter.store.Store``:
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 
@@ -27,6 +28,7 @@ import os
 import random
 import threading
 import time
+import weakref
 from datetime import timezone
 
 from sqlalchemy import UniqueConstraint, create_engine, delete, event, func, insert, select, update
@@ -38,7 +40,7 @@ from arbiter import env as envmod
 from arbiter.errors import RegistryError
 from arbiter.oracles.budgets import Budget
 from arbiter.store import (CountDelta, MeasurementRecord, SolutionRecord, Store, VerdictKey)
-from arbiter.store import migrate
+from arbiter.store import flusher, migrate
 from arbiter.store.models import (SCHEMA_VERSION, CandidateRow, CounterRow, Environment, MeasurementRow,
                                   ProblemKeyRow, RecordedKey, SolutionRow, VerdictRow)
 
@@ -48,8 +50,20 @@ INTEGRITY_RETRIES = 5  # a unique-constraint race resolves on the next attempt; 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 _TRANSIENT = ("database is locked", "database is busy", "deadlock detected", "could not serialize",
               "database table is locked")
+_TRANSIENT_SQLSTATES = ("40P01", "40001")  # deadlock detected, serialization failure: retry the transaction
 _UNWRITABLE = ("unable to open database file", "readonly database", "read-only file system",
                "attempt to write a readonly")
+
+
+_LIVE: "weakref.WeakSet[SqlStore]" = weakref.WeakSet()  # open stores, made fit for a forked child
+
+
+def _after_fork_in_child() -> None:
+    for store in list(_LIVE):
+        store._after_fork_in_child()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class UnwritableRegistry(RegistryError):
@@ -274,11 +288,18 @@ class SqlStore(Store):
         self._loaded: set[tuple[str, str]] = set()  # ("solutions"|"verdicts", env) already bulk-loaded
         self._parents: set[tuple] = set()  # parent rows known committed: ("key", id), ("candidate", identity), ...
         self._pending: set[tuple] = set()  # parents written by the transaction in progress
+        self._local = threading.local()  # .batch: the writes of this thread's open ``transaction()``
+        _LIVE.add(self)
         self._open()
         if not readonly:
-            from arbiter.store import flusher
-
             flusher.start()
+
+    def _after_fork_in_child(self) -> None:
+        # The parent's pooled connections are the parent's (sharing one across processes corrupts its
+        # protocol state); drop them here without closing them for the parent. A lock another parent thread
+        # held at the fork would never be released in the child.
+        self._engine.dispose(close=False)
+        self._lock = threading.RLock()
 
     def __repr__(self):
         return f"<SqlStore {self.where}{' (read-only)' if self.readonly else ''}>"
@@ -302,7 +323,7 @@ class SqlStore(Store):
         deadline, delay, integrity = time.monotonic() + RETRY_SECONDS, 0.005, 0
         while True:
             try:
-                with self._lock, self._engine.connect() as conn:
+                with flusher.deferring_signals(), self._lock, self._engine.connect() as conn:
                     if write:
                         conn.execution_options(arbiter_write=True)
                     self._pending = set()
@@ -317,12 +338,45 @@ class SqlStore(Store):
                     raise self._error(exc) from exc
             except OperationalError as exc:
                 text = str(exc.orig).lower()
-                if not any(s in text for s in _TRANSIENT) or time.monotonic() > deadline:
+                transient = getattr(exc.orig, "sqlstate", None) in _TRANSIENT_SQLSTATES or any(
+                    s in text for s in _TRANSIENT)
+                if not transient or time.monotonic() > deadline:
                     raise self._error(exc) from exc
             except DatabaseError as exc:
                 raise self._error(exc) from exc
             time.sleep(delay * (0.5 + random.random()))
             delay = min(delay * 2, 0.25)
+
+    def _write(self, fn, after=None) -> None:
+        """Run the write ``fn(connection)`` now (one transaction), or add it to this thread's open
+        ``transaction()``; ``after()`` updates the caches once it is committed."""
+        batch = getattr(self._local, "batch", None)
+        if batch is not None:
+            batch.append((fn, after))
+            return
+        self._run(fn, write=True)
+        if after is not None:
+            after()
+
+    @contextlib.contextmanager
+    def transaction(self):
+        if getattr(self._local, "batch", None) is not None:
+            yield  # nested: the outer transaction commits everything
+            return
+        batch = self._local.batch = []
+        try:
+            yield
+        finally:
+            self._local.batch = None  # on an exception nothing of it was written, and nothing will be
+        if batch:
+            def write(conn):
+                for fn, _ in batch:
+                    fn(conn)
+
+            self._run(write, write=True)
+            for _, after in batch:
+                if after is not None:
+                    after()
 
     def _open(self) -> None:
         found = self._run(migrate.read_version, write=False)
@@ -447,9 +501,11 @@ class SqlStore(Store):
                 conn.execute(insert(VerdictRow).values(identity=vkey.identity, params=vkey.params, key=vkey.key,
                                                        env=vkey.env, **values))
 
-        self._run(write, write=True)
-        with self._lock:
-            self._verdicts[vkey] = verdict
+        def cache():
+            with self._lock:
+                self._verdicts[vkey] = verdict
+
+        self._write(write, cache)
 
     # --- solutions ----------------------------------------------------------
     @staticmethod
@@ -495,9 +551,36 @@ class SqlStore(Store):
             if conn.execute(stmt.values(**values)).rowcount == 0:
                 conn.execute(insert(SolutionRow).values(key=record.key, env=record.env, **values))
 
-        self._run(write, write=True)
+        def cache():
+            with self._lock:
+                self._solutions[(record.key, record.env)] = record
+
+        self._write(write, cache)
+
+    def add_solution(self, record, environment=None):
+        target, fields = self._env_of(record.env, _key_target(record.key), environment)
+        ctarget, op, tier = self._candidate_of(record.candidate, record.key)
+        values = dict(candidate=record.candidate, identity=record.identity, params=dict(record.params),
+                      policy=record.policy, margin=_num(record.margin), note=record.note,
+                      created=record.created)
+
+        def write(conn):
+            found = select(SolutionRow.id).where(SolutionRow.key == record.key, SolutionRow.env == record.env)
+            if conn.execute(found).first() is not None:
+                return False
+            self._put_env(conn, record.env, target, fields)
+            self._put_key(conn, record.key)
+            self._put_candidate(conn, record.identity, record.candidate, ctarget, op, tier)
+            conn.execute(insert(SolutionRow).values(key=record.key, env=record.env, **values))  # a racing
+            return True  # insert fails on uq_solution; the retry then finds that row and stores nothing
+
+        stored = self._run(write, write=True)
         with self._lock:
-            self._solutions[(record.key, record.env)] = record
+            if stored:
+                self._solutions[(record.key, record.env)] = record
+            else:  # another process's winner: the next lookup reads it from the database
+                self._solutions.pop((record.key, record.env), None)
+        return stored
 
     def solutions(self, env=None):
         if env is None:
@@ -523,7 +606,7 @@ class SqlStore(Store):
             if rows:
                 conn.execute(insert(MeasurementRow), rows)
 
-        self._run(write, write=True)
+        self._write(write)
 
     def load_measurements(self, key, env):
         import json
@@ -541,32 +624,45 @@ class SqlStore(Store):
 
     # --- counters and recorded keys -----------------------------------------
     def add_counts(self, deltas):
-        deltas = [d for d in deltas if d.hits or d.misses or d.fallbacks]
-        if not deltas:
+        # One global order for the rows a flush locks (environments, then keys, then counter rows, each sorted):
+        # two processes flushing the same rows in their own orders deadlock on a server database (issue 20
+        # item 1: 8 PostgreSQL writers hit hundreds of deadlocks and ran out of retries).
+        merged: dict[tuple, CountDelta] = {}
+        for d in deltas:
+            if d.total():
+                slot = merged.setdefault((d.env, d.key, d.candidate, d.params),
+                                         CountDelta(d.key, d.candidate, d.params, d.env))
+                slot.hits += d.hits
+                slot.misses += d.misses
+                slot.fallbacks += d.fallbacks
+                slot.loads += d.loads
+        if not merged:
             return
+        deltas = [merged[k] for k in sorted(merged)]
         envs = {d.env: self._env_of(d.env, _key_target(d.key)) for d in deltas}
 
         def write(conn):
-            for fingerprint, (target, fields) in envs.items():
+            for fingerprint, (target, fields) in sorted(envs.items()):
                 self._put_env(conn, fingerprint, target, fields)
+            for key in sorted({d.key for d in deltas}):
+                self._put_key(conn, key)
             for d in deltas:
-                self._put_key(conn, d.key)
                 stmt = (update(CounterRow)
                         .where(CounterRow.key == d.key, CounterRow.candidate == d.candidate,
                                CounterRow.params == d.params, CounterRow.env == d.env)
                         .values(hits=CounterRow.hits + d.hits, misses=CounterRow.misses + d.misses,
-                                fallbacks=CounterRow.fallbacks + d.fallbacks))
+                                fallbacks=CounterRow.fallbacks + d.fallbacks, loads=CounterRow.loads + d.loads))
                 if conn.execute(stmt).rowcount == 0:
                     conn.execute(insert(CounterRow).values(key=d.key, candidate=d.candidate, params=d.params,
                                                            env=d.env, hits=d.hits, misses=d.misses,
-                                                           fallbacks=d.fallbacks))
+                                                           fallbacks=d.fallbacks, loads=d.loads))
 
         self._run(write, write=True)
 
     def counts(self):
         rows = self._run(lambda conn: conn.execute(select(
             CounterRow.key, CounterRow.candidate, CounterRow.params, CounterRow.env, CounterRow.hits,
-            CounterRow.misses, CounterRow.fallbacks)).all(), write=False)
+            CounterRow.misses, CounterRow.fallbacks, CounterRow.loads)).all(), write=False)
         return [CountDelta(*r) for r in rows]
 
     def record_key(self, key, dims, env):

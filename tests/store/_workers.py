@@ -47,6 +47,24 @@ def concurrent(db: str, w: int) -> None:
         st.add_counts([CountDelta(key(j), cand.name, "{}", ENV, hits=1, misses=j % 2) for j in range(10)])
 
 
+COUNT_KEYS = 40  # counter rows every flusher touches, each process in its own order
+COUNT_BATCHES = 100
+
+
+def shuffled_counts(db: str, w: int) -> None:
+    """Flush counter batches touching the same rows as every other worker, in this worker's own random order
+    (what ``dispatch.flush`` hands over: routes in the order this process first met its keys)."""
+    import random
+
+    st = SqlStore(db)
+    rng = random.Random(w)
+    cand = LabCandidate()
+    for _ in range(COUNT_BATCHES):
+        order = list(range(COUNT_KEYS))
+        rng.shuffle(order)
+        st.add_counts([CountDelta(key(j), cand.name, "{}", ENV, hits=1, misses=1) for j in order])
+
+
 def until_killed(db: str) -> None:
     """Commit one key's measurement set per transaction, printing each count after its commit."""
     st = SqlStore(db)
@@ -63,5 +81,7 @@ if __name__ == "__main__":
     mode, db = sys.argv[1], sys.argv[2]
     if mode == "concurrent":
         concurrent(db, int(sys.argv[3]))
+    elif mode == "shuffled_counts":
+        shuffled_counts(db, int(sys.argv[3]))
     else:
         until_killed(db)
