@@ -37,8 +37,10 @@ def _shown() -> str:
     """The user registry as printed: a server URL's password is replaced by ``***``."""
     from sqlalchemy.engine import make_url
 
+    from arbiter.store.sql import is_url
+
     where = _where()
-    return make_url(where).render_as_string(hide_password=True) if "://" in where else where
+    return make_url(where).render_as_string(hide_password=True) if is_url(where) else where
 
 
 def _layers() -> list[tuple[str, object]]:
@@ -266,6 +268,8 @@ def prune(
 
 def _move_aside(path: str) -> str:
     """Rename ``path`` (and its -wal/-shm companions) to a new name beside it; returns the new name."""
+    if not os.path.isfile(path):  # doctor refuses folders before; this guards any other caller
+        raise RegistryError(f"{path}: not a file; only a registry file is ever moved aside. Nothing was changed.")
     stamp = time.strftime("%Y%m%d-%H%M%S")
     dest, n = f"{path}.corrupt-{stamp}", 1
     while os.path.exists(dest):
@@ -284,9 +288,16 @@ def doctor(repair: bool = typer.Option(False, "--repair", help="Move a corrupt r
     """Check the user registry: readable, a registry, schema version, integrity, row counts, stale entries."""
     from arbiter.store.sql import SqlStore, UnwritableRegistry, sqlite_path, to_url
 
+    from arbiter.store.migrate import NewerSchemaError
+
     out = console()
     where = _where()
     path = sqlite_path(to_url(where))
+    if path is not None and os.path.isdir(path):  # never moved: `--db .` would be the working folder
+        out.print(f"[red]problem:[/red] {path}: is a folder, not a registry file; nothing was changed. Give the "
+                  f"path of a registry file, e.g. `arbiter --db {os.path.join(path, 'registry.db')} doctor`.",
+                  highlight=False, soft_wrap=True)
+        raise typer.Exit(1)
     if path is not None and not os.path.exists(path):
         out.print(f"{path}: no registry yet (created on first use)", highlight=False)
         return
@@ -294,7 +305,7 @@ def doctor(repair: bool = typer.Option(False, "--repair", help="Move a corrupt r
     try:
         sql = SqlStore(where)
         problems = sql.integrity_check()
-    except UnwritableRegistry as exc:  # readable or not, it is not ours to move
+    except (UnwritableRegistry, NewerSchemaError) as exc:  # not ours to move: another user's, or a newer release's
         out.print(f"[red]problem:[/red] {exc}", highlight=False, soft_wrap=True)
         raise typer.Exit(1)
     except RegistryError as exc:

@@ -47,14 +47,29 @@ _PG_LOCK = 0x6B61_7262  # the advisory lock id of schema upgrades ("karb"); any 
 assert sorted(STEPS) == list(range(1, SCHEMA_VERSION)), "the ladder must have one step per version"
 
 
+class NewerSchemaError(RegistryError):
+    """A sound registry written by a newer kernel-arbiter: never damaged, never ours to move or change."""
+
+
+class SchemaVersionError(RegistryError):
+    """A schema_version row no release ever wrote (missing, zero, negative): the registry is damaged."""
+
+
 def read_version(conn: Connection) -> int | None:
-    """The file's schema version; 0 for an empty database; None for tables that are not a registry."""
+    """The file's schema version; 0 for an empty database; None for tables that are not a registry.
+
+    Raises SchemaVersionError when the schema_version table holds no version any release wrote (1 or more).
+    """
     tables = set(inspect(conn).get_table_names())
     if not tables:
         return 0
     if SchemaVersion.__tablename__ not in tables:
         return None
-    return conn.execute(select(SchemaVersion.version)).scalar()
+    found = conn.execute(select(SchemaVersion.version)).scalar()
+    if not isinstance(found, int) or found < 1:
+        raise SchemaVersionError(f"schema version {found} in its schema_version table is not one kernel-arbiter "
+                                 f"writes (1 to {SCHEMA_VERSION} here); the registry is damaged.")
+    return found
 
 
 def upgrade(conn: Connection, where: str) -> int:
@@ -72,7 +87,7 @@ def upgrade(conn: Connection, where: str) -> int:
         raise RegistryError(f"{where}: this database has tables but no schema_version; it is not a "
                             f"kernel-arbiter registry. Point --db/ARBITER_DB at another file.")
     if found > SCHEMA_VERSION:
-        raise RegistryError(f"{where}: registry schema v{found} is newer than this kernel-arbiter "
+        raise NewerSchemaError(f"{where}: registry schema v{found} is newer than this kernel-arbiter "
                             f"(v{SCHEMA_VERSION}); upgrade kernel-arbiter or use another --db.")
     if found == 0:
         Base.metadata.create_all(conn)
