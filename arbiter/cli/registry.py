@@ -346,6 +346,9 @@ def export_cmd(file: str = typer.Argument(..., help="JSON file to write.")):
                     f"{len(data.measurements)} measurements, {len(data.environments)} environments", highlight=False)
 
 
+SHOWN_CONFLICTS = 10  # conflict lines printed by `import`; the rest are summed up in one line
+
+
 @app.command("import")
 def import_cmd(
     file: str = typer.Argument(..., help="JSON file written by `arbiter export`."),
@@ -358,8 +361,14 @@ def import_cmd(
     with _registry_errors():
         data = read_export(file)
         report = import_registry(_user_sql(write=True), data, overwrite=overwrite)
-    for line in report["conflicts"]:
+    conflicts = sum(report["conflict_counts"].values())
+    for line in report["conflicts"][:SHOWN_CONFLICTS]:  # the first few say what kind; the count says how many
         out.print(f"conflict: {line}", highlight=False, soft_wrap=True)
+    if conflicts > SHOWN_CONFLICTS:
+        out.print(f"... and {conflicts - SHOWN_CONFLICTS} more conflict(s): " + ", ".join(
+            f"{n} {k}" for k, n in report["conflict_counts"].items() if n) + ("; the file's rows replaced the "
+            "registry's" if overwrite else "; the registry's rows were kept (--overwrite takes the file's)"),
+            highlight=False, soft_wrap=True)
     out.print(f"imported {file}: added " + ", ".join(f"{n} {k}" for k, n in report["added"].items())
-              + f"; {report['unchanged']} unchanged, {len(report['conflicts'])} conflict(s), "
+              + f"; {report['unchanged']} unchanged, {conflicts} conflict(s), "
               f"{report['replaced']} replaced", highlight=False, soft_wrap=True)

@@ -16,7 +16,7 @@ from sqlalchemy.engine import Connection
 
 from arbiter.errors import RegistryError
 from arbiter.store.models import (SCHEMA_VERSION, Base, CandidateRow, MeasurementRow, RecordedKey, SchemaVersion,
-                                  SolutionRow, utcnow)
+                                  SolutionRow, VerdictRow, utcnow)
 
 
 def _add_column(conn: Connection, model, name: str, fill) -> None:
@@ -42,7 +42,12 @@ def _v2_to_v3(conn: Connection) -> None:
     _add_column(conn, MeasurementRow, "dims", None)
 
 
-STEPS = {1: _v1_to_v2, 2: _v2_to_v3}
+def _v3_to_v4(conn: Connection) -> None:
+    """v4: each verdict's provenance (imported verdicts are gated again before they serve)."""
+    _add_column(conn, VerdictRow, "origin", "")
+
+
+STEPS = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4}
 _PG_LOCK = 0x6B61_7262  # the advisory lock id of schema upgrades ("karb"); any constant shared by all writers
 assert sorted(STEPS) == list(range(1, SCHEMA_VERSION)), "the ladder must have one step per version"
 

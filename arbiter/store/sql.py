@@ -439,15 +439,18 @@ class SqlStore(Store):
         return {VerdictKey(r.identity, r.params, r.key, r.env): self._verdict(r) for r in rows}
 
     def load_verdict(self, vkey):
+        """The verdict this installation's gate computed; None also for an imported one (``origin``), so the
+        gate runs again on first use and its verdict replaces the file's (``save_verdict``)."""
+        own = VerdictRow.origin == ""
         if ("verdicts", vkey.env) not in self._loaded:
-            found = self._verdict_rows(VerdictRow.env == vkey.env)
+            found = self._verdict_rows(VerdictRow.env == vkey.env, own)
             with self._lock:
                 self._verdicts.update(found)
                 self._loaded.add(("verdicts", vkey.env))
         verdict = self._verdicts.get(vkey)
         if verdict is None:  # committed by another process since the bulk load?
             verdict = self._verdict_rows(VerdictRow.identity == vkey.identity, VerdictRow.params == vkey.params,
-                                         VerdictRow.key == vkey.key, VerdictRow.env == vkey.env).get(vkey)
+                                         VerdictRow.key == vkey.key, VerdictRow.env == vkey.env, own).get(vkey)
             if verdict is not None:
                 self._verdicts[vkey] = verdict
         return verdict
@@ -458,7 +461,7 @@ class SqlStore(Store):
                       max_excess=_num(verdict.max_excess), probes=list(verdict.probes),
                       budget_rel_fro=verdict.budget.rel_fro, budget_atol=verdict.budget.atol,
                       budget_rtol=verdict.budget.rtol, looser_budget=bool(verdict.looser_budget),
-                      seconds=float(verdict.seconds))
+                      seconds=float(verdict.seconds), origin="")
         match = (VerdictRow.identity == vkey.identity, VerdictRow.params == vkey.params,
                  VerdictRow.key == vkey.key, VerdictRow.env == vkey.env)
 
