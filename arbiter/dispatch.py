@@ -165,7 +165,7 @@ def _miss(region, policy):
         cand, record = found
         return _install(region.key, cand, record.params, record.policy, env, "misses")
     if policy == "strict":
-        raise StrictMissError(region.key)
+        raise StrictMissError(region.key, why_not)
     if policy == "tune":
         from arbiter.tune import tune_region
 
