@@ -155,7 +155,7 @@ class CandidateModel(_Model):
 class VerdictModel(_Keyed):
     identity: str = Field(max_length=256)
     params: str = Field(max_length=4096)
-    env: str
+    env: str = Field(max_length=64)  # a fingerprint
     passed: StrictBool  # "yes", 1 or "true" are refused, not read as True
     reason: str = Text
     rel_error: Error | None
@@ -175,7 +175,7 @@ class VerdictModel(_Keyed):
 
 
 class MeasurementModel(_Keyed):
-    env: str
+    env: str = Field(max_length=64)  # a fingerprint
     candidate: str = Field(max_length=128)
     params: str = Field(max_length=4096)
     mode: Literal["device", "latency"]
@@ -210,7 +210,7 @@ class MeasurementModel(_Keyed):
 
 
 class SolutionModel(_Keyed):
-    env: str
+    env: str = Field(max_length=64)  # a fingerprint
     candidate: str = Field(max_length=128)
     identity: str = Field(max_length=256)
     params: dict
@@ -398,10 +398,6 @@ class ExportFile:
     def __init__(self, path: str, header: _Header, counts: dict[str, int]):
         self.path, self.header, self.counts = path, header, counts
 
-    @property
-    def solutions(self):  # the count, for messages that print len(data.solutions)
-        return range(self.counts["solutions"])
-
     def rows(self) -> Iterator[tuple[str, _Model]]:
         with open(self.path, encoding="utf-8") as f:
             for name, i, value in _Stream(f).items():
@@ -428,10 +424,9 @@ def _scan(path: str, f) -> ExportFile:
                 if name in seen:
                     fault(name, "appears twice")
                 seen.add(name)
-                if name in SECTIONS and value is not _LIST:
-                    fault(name, "must be a list")
-                elif name in SECTIONS:
-                    pass
+                if name in SECTIONS:
+                    if value is not _LIST:
+                        fault(name, "must be a list")
                 elif name in _Header.model_fields:
                     header[name] = value
                 else:
@@ -450,9 +445,10 @@ def _scan(path: str, f) -> ExportFile:
                 envs.add(row.fingerprint)
             elif name == "candidates":
                 idents.add(row.identity)
-            else:  # references are checked at the end: the sections may come in any order
-                refs.setdefault(("env", row.env), f"{name}.{i}.env")
-                if name != "measurements":
+            else:  # references not resolved yet are checked at the end: the sections may come in any order
+                if row.env not in envs:
+                    refs.setdefault(("env", row.env), f"{name}.{i}.env")
+                if name != "measurements" and row.identity not in idents:
                     refs.setdefault(("identity", row.identity), f"{name}.{i}.identity")
     except _Fault as exc:
         raise ImportFileError(f"{path}: not valid JSON: {exc}; nothing was imported. Write the file again with "
