@@ -399,10 +399,14 @@ class ExportFile:
         self.path, self.header, self.counts = path, header, counts
 
     def rows(self) -> Iterator[tuple[str, _Model]]:
-        with open(self.path, encoding="utf-8") as f:
-            for name, i, value in _Stream(f).items():
-                if i is not None:
-                    yield name, _MODELS[name].model_validate(value)
+        try:
+            with open(self.path, encoding="utf-8") as f:
+                for name, i, value in _Stream(f).items():
+                    if i is not None:
+                        yield name, _MODELS[name].model_validate(value)
+        except (OSError, UnicodeDecodeError, _Fault, ValidationError) as exc:  # it was sound when checked
+            raise ImportFileError(f"{self.path}: changed while it was imported ({str(exc)[:200]}); the batches "
+                                  f"before this point were imported. Import it again once it is complete.") from None
 
 
 def _scan(path: str, f) -> ExportFile:

@@ -87,8 +87,8 @@ def memory(db: str, path: str) -> dict:
     report = import_registry(st, data)
     return {"baseline_rss_mib": round(baseline), "peak_rss_mib": round(_rss_mib()),
             "check_s": round(checked, 1), "import_s": round(time.perf_counter() - t0, 1),
-            "added_solutions": report["added"]["solutions"], "batches": report["batches"],
-            "longest_batch_s": round(report["longest_batch_s"], 3)}
+            "added_solutions": report["added"]["solutions"], "batches": report.get("batches"),
+            "longest_batch_s": round(report.get("longest_batch_s", -1), 3)}
 
 
 if __name__ == "__main__":
