@@ -180,7 +180,7 @@ def _miss(region, policy):
         cand, record = found
         return _install(region.key, cand, record.params, record.policy, env, "loads")  # nothing decided
     if policy == "strict":
-        raise StrictMissError(region.key)
+        raise StrictMissError(region.key, why_not)
     if why_not is not None:
         # The key has a shared winner that this process cannot serve (an operand it does not apply to, a
         # plug-in not loaded here, ...): the stand-in chosen now serves this process only. Stored, it would

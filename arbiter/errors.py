@@ -29,14 +29,22 @@ class NoCandidateError(ArbiterError, LookupError):
 
 
 class StrictMissError(ArbiterError, LookupError):
-    """Policy ``strict``: the key has no stored solution, and strict forbids deciding now."""
+    """Policy ``strict``: the key has no stored solution it can serve, and strict forbids deciding now.
 
-    def __init__(self, key):
+    ``why``: why a stored solution cannot be served here (its winner not registered, unavailable, failing the
+    gate); None when there is none.
+    """
+
+    def __init__(self, key, why: str | None = None):
         self.key = key
-        super().__init__(
-            f"policy 'strict': no stored solution for {key}; "
-            f"run `arbiter tune` for it, or dispatch with policy='tier'"
-        )
+        self.why = why
+        if why is None:
+            super().__init__(f"policy 'strict': no stored solution for {key}; "
+                             f"run `arbiter tune` for it, or dispatch with policy='tier'")
+        else:
+            fix = ("load the plug-in that registers it (ARBITER_PLUGINS), " if "no longer registered" in why else "")
+            super().__init__(f"policy 'strict': {key} has a stored solution, but it cannot be served here: {why}; "
+                             f"{fix}re-tune the key with `arbiter tune`, or dispatch with policy='tier'")
 
 
 class RegistryError(ArbiterError, RuntimeError):

@@ -64,6 +64,13 @@ class Region:
         """Validate one operand: an array of a supported dtype on the region's target."""
         if not hasattr(array, "shape") or not hasattr(array, "dtype"):
             raise RegionError(argument, f"expected an array, got {type(array).__name__}")
+        # ndarray subclasses whose meaning the kernels would drop: refused here, not failed (or ignored) later.
+        if isinstance(array, np.ma.MaskedArray):
+            raise RegionError(argument, "is a masked array, and its mask would be ignored; pass "
+                                        f"{argument}.filled(value) (or np.asarray({argument}) to use every value)")
+        if isinstance(array, np.matrix):
+            raise RegionError(argument, f"is an np.matrix (always 2-D, * is a matrix product); pass "
+                                        f"np.asarray({argument})")
         found = targets.adopt(array)
         if found is None:
             raise RegionError(argument, f"no target owns arrays of type {type(array).__module__}."
@@ -94,6 +101,8 @@ class Region:
             raise RegionError("out", f"shape {tuple(native.shape)} should be {tuple(shape)}")
         if not native.flags.c_contiguous:
             raise RegionError("out", "must be C-contiguous")
+        if not getattr(native.flags, "writeable", True):  # CuPy arrays have no such flag: always writable
+            raise RegionError("out", "is read-only (its writeable flag is off); pass a writable array")
         self.out = native
 
     def _finish(self, layout: str, dims: dict, attrs: tuple):
@@ -349,14 +358,19 @@ class Matmul(Region):
         # Scale b so every output has unit variance whatever K is.
         a = random_operand(target, (m, k), dtype, layout[0], rng)
         b = random_operand(target, (k, n), dtype, layout[1], rng, scale=1.0 / math.sqrt(max(k, 1)))
-        bias = random_operand(target, (n,), dtype, "R", rng) if _flag(attrs.get("bias")) else None
+        bias = random_operand(target, (n,), dtype, "R", rng) if _flag(attrs.get("bias"), "bias") else None
         res = (random_operand(target, (m, n), dtype, "S" if len(layout) > 2 else "R", rng)
-               if _flag(attrs.get("residual")) else None)
+               if _flag(attrs.get("residual"), "residual") else None)
         return cls(a, b, bias=bias, activation=attrs.get("activation", "none"), residual=res)
 
 
-def _flag(value) -> bool:
-    return value in (True, 1, "1", "true", "yes")
+def _flag(value, name: str) -> bool:
+    """An attribute flag (``--attr causal=1``); anything but a yes or a no is refused, naming the attribute."""
+    if value in (True, 1, "1", "true", "yes"):
+        return True
+    if value in (None, False, 0, "0", "false", "no"):
+        return False
+    raise RegionError(name, f"{value!r} is not a flag; use 1 or 0")
 
 
 class _RowRegion(Region):
@@ -413,7 +427,10 @@ class Softmax(_RowRegion):
     def random(cls, target: str, dtype: str, dims: dict, attrs: dict | None = None, layout: str = "R",
                rng: np.random.Generator | None = None) -> "Softmax":
         """A random instance: ``dims`` has rows, cols; ``attrs`` may set axis ('last' or 'inner')."""
-        last = (attrs or {}).get("axis", "last") == "last"
+        axis = (attrs or {}).get("axis", "last")
+        if axis not in ("last", "inner"):
+            raise RegionError("axis", f"{axis!r} is not 'last' or 'inner'")
+        last = axis == "last"
         rng = rng if rng is not None else np.random.default_rng(0)
         return cls(cls._random_x(target, dtype, dims, last, layout, rng), axis=-1 if last else 0)
 
@@ -434,10 +451,7 @@ class RMSNorm(_RowRegion):
         if tuple(self.weight.shape) != (cols,):
             raise RegionError("weight", f"shape {tuple(self.weight.shape)} should be ({cols},), "
                                         "the size of x's last axis")
-        if isinstance(eps, bool) or not isinstance(eps, (int, float, np.floating)) or not eps > 0 \
-                or not math.isfinite(eps):
-            raise RegionError("eps", f"must be a finite number > 0, got {eps!r}")
-        self.eps = float(eps)
+        self.eps = _check_eps(eps, self.dtype)
         self._check_out(out, self.x.shape)
         self._finish(layout_class(self.x), {"rows": rows, "cols": cols}, ())
 
@@ -457,10 +471,20 @@ class RMSNorm(_RowRegion):
 
 
 # --- more op kinds -----------------------------------------------------------
-def _check_eps(eps) -> float:
+# The smallest positive (subnormal) value of each float dtype; bfloat16 has float32's exponent, 7 mantissa bits.
+_SMALLEST = {"float16": 2.0**-24, "bfloat16": 2.0**-133, "float32": 2.0**-149, "float64": 2.0**-1074}
+
+
+def _check_eps(eps, dtype: str) -> float:
+    """A finite eps > 0 that stays > 0 in ``dtype``: one that rounds to 0 there makes a row of zeros 0/0 = NaN
+    in the kernels, where the float64 oracle gives 0; the smallest eps ``dtype`` holds gives 0 in both."""
     if isinstance(eps, bool) or not isinstance(eps, (int, float, np.floating)) or not eps > 0 \
             or not math.isfinite(eps):
         raise RegionError("eps", f"must be a finite number > 0, got {eps!r}")
+    smallest = _SMALLEST.get(dtype, 0.0)
+    if eps <= smallest / 2:  # rounds to 0 (half the smallest subnormal rounds to even: 0)
+        raise RegionError("eps", f"{eps!r} rounds to 0 in {dtype} (whose smallest positive value is "
+                                 f"{smallest:.3g}), so a row of zeros would give NaN; use eps >= {smallest:.3g}")
     return float(eps)
 
 
@@ -478,7 +502,7 @@ class LayerNorm(_RowRegion):
         rows, cols = self._rows(x, -1)
         self.weight = self._row_vector("weight", weight, cols)
         self.bias = None if bias is None else self._row_vector("bias", bias, cols)
-        self.eps = _check_eps(eps)
+        self.eps = _check_eps(eps, self.dtype)
         self._check_out(out, self.x.shape)
         self._finish(layout_class(self.x), {"rows": rows, "cols": cols},
                      (("bias", "1" if bias is not None else "0"),))
@@ -504,8 +528,8 @@ class LayerNorm(_RowRegion):
         x = cls._random_x(target, dtype, dims, True, layout, rng)
         x += 3.0  # an offset mean: a one-pass variance formula loses digits here, as it does on real activations
         weight = random_operand(target, (dims["cols"],), dtype, "R", rng)
-        bias = random_operand(target, (dims["cols"],), dtype, "R", rng) if _flag((attrs or {}).get("bias", "1")) \
-            else None
+        with_bias = _flag((attrs or {}).get("bias", "1"), "bias")
+        bias = random_operand(target, (dims["cols"],), dtype, "R", rng) if with_bias else None
         return cls(x, weight, bias, eps=eps)
 
     def runtime_args(self):
@@ -571,7 +595,7 @@ class Attention(Region):
         q = random_operand(target, (b, h, sq, d), dtype, layout[0], rng)
         k = random_operand(target, (b, h, sk, d), dtype, layout[1], rng)
         v = random_operand(target, (b, h, sk, d), dtype, layout[2], rng)
-        return cls(q, k, v, causal=_flag((attrs or {}).get("causal")), scale=scale)
+        return cls(q, k, v, causal=_flag((attrs or {}).get("causal"), "causal"), scale=scale)
 
     def runtime_args(self):
         return {"scale": self.scale}
@@ -652,6 +676,8 @@ class FFT(Region):
             raise RegionError("out", f"shape {tuple(native.shape)} should be {tuple(shape)}")
         if not native.flags.c_contiguous:
             raise RegionError("out", "must be C-contiguous")
+        if not getattr(native.flags, "writeable", True):  # CuPy arrays have no such flag: always writable
+            raise RegionError("out", "is read-only (its writeable flag is off); pass a writable array")
         self.out = native
 
     @property
@@ -685,7 +711,7 @@ class FFT(Region):
         """
         attrs = attrs or {}
         rng = rng if rng is not None else np.random.default_rng(0)
-        kind, inverse = attrs.get("kind", "c2c"), _flag(attrs.get("inverse"))
+        kind, inverse = attrs.get("kind", "c2c"), _flag(attrs.get("inverse"), "inverse")
         wants_complex = kind == "c2c" or inverse
         dtype = (_COMPLEX_OF.get(dtype, dtype) if wants_complex else _REAL_OF.get(dtype, dtype))
         batch, n = dims["batch"], dims["n"]

@@ -27,6 +27,7 @@ import html
 import io
 import math
 import os
+import tempfile
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -440,10 +441,29 @@ def render(report: Report) -> str:
 
 def write(layers: list[tuple[str, object]], out_dir: str, *, target: str | None = None,
           op: str | None = None) -> tuple[str, Report]:
-    """Render the layers' report into ``out_dir/index.html`` (the folder is created); returns (path, report)."""
+    """Render the layers' report into ``out_dir/index.html`` (the folder is created); returns (path, report).
+
+    The page is written to a new file beside it and renamed over ``index.html``: an ``index.html`` that is a
+    symbolic link is replaced, never followed (its target, perhaps another user's file, is not written).
+    ValueError names ``--out`` when it is not a folder that can be written.
+    """
+    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        raise ValueError(f"--out: {out_dir} is a file, not a folder; give a folder to write index.html into")
     report = collect(layers, target=target, op=op)
-    os.makedirs(out_dir, exist_ok=True)
     path = os.path.join(out_dir, "index.html")
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(render(report))
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".index.html.", dir=out_dir)
+    except OSError as exc:
+        raise ValueError(f"--out: cannot write into {out_dir} ({exc.strerror or exc})") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(render(report))
+        mask = os.umask(0)  # mkstemp made it 0600; a report is as readable as any file the user writes
+        os.umask(mask)
+        os.chmod(tmp, 0o666 & ~mask)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
     return path, report

@@ -37,8 +37,10 @@ def _shown() -> str:
     """The user registry as printed: a server URL's password is replaced by ``***``."""
     from sqlalchemy.engine import make_url
 
+    from arbiter.store.sql import is_url
+
     where = _where()
-    return make_url(where).render_as_string(hide_password=True) if "://" in where else where
+    return make_url(where).render_as_string(hide_password=True) if is_url(where) else where
 
 
 def _layers() -> list[tuple[str, object]]:
@@ -271,6 +273,8 @@ def prune(
 
 def _move_aside(path: str) -> str:
     """Rename ``path`` (and its -wal/-shm companions) to a new name beside it; returns the new name."""
+    if not os.path.isfile(path):  # doctor refuses folders before; this guards any other caller
+        raise RegistryError(f"{path}: not a file; only a registry file is ever moved aside. Nothing was changed.")
     stamp = time.strftime("%Y%m%d-%H%M%S")
     dest, n = f"{path}.corrupt-{stamp}", 1
     while os.path.exists(dest):
@@ -289,9 +293,16 @@ def doctor(repair: bool = typer.Option(False, "--repair", help="Move a corrupt r
     """Check the user registry: readable, a registry, schema version, integrity, row counts, stale entries."""
     from arbiter.store.sql import SqlStore, UnwritableRegistry, sqlite_path, to_url
 
+    from arbiter.store.migrate import NewerSchemaError
+
     out = console()
     where = _where()
     path = sqlite_path(to_url(where))
+    if path is not None and os.path.isdir(path):  # never moved: `--db .` would be the working folder
+        out.print(f"[red]problem:[/red] {path}: is a folder, not a registry file; nothing was changed. Give the "
+                  f"path of a registry file, e.g. `arbiter --db {os.path.join(path, 'registry.db')} doctor`.",
+                  highlight=False, soft_wrap=True)
+        raise typer.Exit(1)
     if path is not None and not os.path.exists(path):
         out.print(f"{path}: no registry yet (created on first use)", highlight=False)
         return
@@ -299,7 +310,7 @@ def doctor(repair: bool = typer.Option(False, "--repair", help="Move a corrupt r
     try:
         sql = SqlStore(where)
         problems = sql.integrity_check()
-    except UnwritableRegistry as exc:  # readable or not, it is not ours to move
+    except (UnwritableRegistry, NewerSchemaError) as exc:  # not ours to move: another user's, or a newer release's
         out.print(f"[red]problem:[/red] {exc}", highlight=False, soft_wrap=True)
         raise typer.Exit(1)
     except RegistryError as exc:
@@ -340,6 +351,9 @@ def export_cmd(file: str = typer.Argument(..., help="JSON file to write.")):
                     f"{len(data.measurements)} measurements, {len(data.environments)} environments", highlight=False)
 
 
+SHOWN_CONFLICTS = 10  # conflict lines printed by `import`; the rest are summed up in one line
+
+
 @app.command("import")
 def import_cmd(
     file: str = typer.Argument(..., help="JSON file written by `arbiter export`."),
@@ -352,8 +366,14 @@ def import_cmd(
     with _registry_errors():
         data = read_export(file)
         report = import_registry(_user_sql(write=True), data, overwrite=overwrite)
-    for line in report["conflicts"]:
+    conflicts = sum(report["conflict_counts"].values())
+    for line in report["conflicts"][:SHOWN_CONFLICTS]:  # the first few say what kind; the count says how many
         out.print(f"conflict: {line}", highlight=False, soft_wrap=True)
+    if conflicts > SHOWN_CONFLICTS:
+        out.print(f"... and {conflicts - SHOWN_CONFLICTS} more conflict(s): " + ", ".join(
+            f"{n} {k}" for k, n in report["conflict_counts"].items() if n) + ("; the file's rows replaced the "
+            "registry's" if overwrite else "; the registry's rows were kept (--overwrite takes the file's)"),
+            highlight=False, soft_wrap=True)
     out.print(f"imported {file}: added " + ", ".join(f"{n} {k}" for k, n in report["added"].items())
-              + f"; {report['unchanged']} unchanged, {len(report['conflicts'])} conflict(s), "
+              + f"; {report['unchanged']} unchanged, {conflicts} conflict(s), "
               f"{report['replaced']} replaced", highlight=False, soft_wrap=True)

@@ -16,7 +16,7 @@ from sqlalchemy.engine import Connection
 
 from arbiter.errors import RegistryError
 from arbiter.store.models import (SCHEMA_VERSION, Base, CandidateRow, CounterRow, MeasurementRow, RecordedKey,
-                                  SchemaVersion, SolutionRow, utcnow)
+                                  SchemaVersion, SolutionRow, VerdictRow, utcnow)
 
 
 def _add_column(conn: Connection, model, name: str, fill) -> None:
@@ -44,9 +44,11 @@ def _v2_to_v3(conn: Connection) -> None:
 
 def _v3_to_v4(conn: Connection) -> None:
     """v4: ``counters.loads``, a stored solution installed by a process, counted apart from misses (a key
-    decided now). Before v4 a load counted as a miss, and the two cannot be told apart afterwards: old misses
-    stay misses, loads start at 0."""
+    decided now; before v4 a load counted as a miss, and the two cannot be told apart afterwards: old misses
+    stay misses, loads start at 0); and ``verdicts.origin``, each verdict's provenance (imported verdicts are
+    gated again before they serve; rows already there were computed here)."""
     _add_column(conn, CounterRow, "loads", 0)
+    _add_column(conn, VerdictRow, "origin", "")
 
 
 STEPS = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4}
@@ -54,14 +56,29 @@ _PG_LOCK = 0x6B61_7262  # the advisory lock id of schema upgrades ("karb"); any 
 assert sorted(STEPS) == list(range(1, SCHEMA_VERSION)), "the ladder must have one step per version"
 
 
+class NewerSchemaError(RegistryError):
+    """A sound registry written by a newer kernel-arbiter: never damaged, never ours to move or change."""
+
+
+class SchemaVersionError(RegistryError):
+    """A schema_version row no release ever wrote (missing, zero, negative): the registry is damaged."""
+
+
 def read_version(conn: Connection) -> int | None:
-    """The file's schema version; 0 for an empty database; None for tables that are not a registry."""
+    """The file's schema version; 0 for an empty database; None for tables that are not a registry.
+
+    Raises SchemaVersionError when the schema_version table holds no version any release wrote (1 or more).
+    """
     tables = set(inspect(conn).get_table_names())
     if not tables:
         return 0
     if SchemaVersion.__tablename__ not in tables:
         return None
-    return conn.execute(select(SchemaVersion.version)).scalar()
+    found = conn.execute(select(SchemaVersion.version)).scalar()
+    if not isinstance(found, int) or found < 1:
+        raise SchemaVersionError(f"schema version {found} in its schema_version table is not one kernel-arbiter "
+                                 f"writes (1 to {SCHEMA_VERSION} here); the registry is damaged.")
+    return found
 
 
 def upgrade(conn: Connection, where: str) -> int:
@@ -79,7 +96,7 @@ def upgrade(conn: Connection, where: str) -> int:
         raise RegistryError(f"{where}: this database has tables but no schema_version; it is not a "
                             f"kernel-arbiter registry. Point --db/ARBITER_DB at another file.")
     if found > SCHEMA_VERSION:
-        raise RegistryError(f"{where}: registry schema v{found} is newer than this kernel-arbiter "
+        raise NewerSchemaError(f"{where}: registry schema v{found} is newer than this kernel-arbiter "
                             f"(v{SCHEMA_VERSION}); upgrade kernel-arbiter or use another --db.")
     if found == 0:
         Base.metadata.create_all(conn)

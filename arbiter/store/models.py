@@ -94,6 +94,9 @@ class VerdictRow(Base):
     budget_rtol: Mapped[float] = mapped_column(Float)
     looser_budget: Mapped[bool] = mapped_column(Boolean, default=False)
     seconds: Mapped[float] = mapped_column(Float, default=0.0)
+    # Provenance: "" when this installation's gate computed it; "imported" when it came from a file (`arbiter
+    # import`). An imported verdict never serves: the gate runs again on first use and replaces it.
+    origin: Mapped[str] = mapped_column(String(16), default="")
     created: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 

@@ -26,13 +26,15 @@ import json
 import math
 import os
 import random
+import re
 import threading
 import time
+import urllib.parse
 import weakref
 from datetime import timezone
 
 from sqlalchemy import UniqueConstraint, create_engine, delete, event, func, insert, select, update
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import DatabaseError, IntegrityError, OperationalError
 from sqlalchemy.pool import StaticPool
 
@@ -75,14 +77,28 @@ class UnwritableRegistry(RegistryError):
         self.readable = readable
 
 
-def to_url(where: str) -> str:
-    """A SQLAlchemy URL for ``where``: a URL stays as it is, a path becomes ``sqlite:///<absolute path>``."""
-    if "://" in where:
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def is_url(where: str) -> bool:
+    """Whether ``where`` is a URL: only a string that starts with a scheme (``sqlite://``, ``postgresql+x://``)."""
+    return bool(_SCHEME.match(where))
+
+
+def to_url(where: str | URL) -> URL:
+    """A SQLAlchemy URL for ``where``: a URL is parsed, anything else is a file path, taken literally.
+
+    A path is never parsed as URL text: ``q?mode=ro.db`` is a file of that name (not ``q`` with a query) and
+    ``pct%41.db`` keeps its ``%41``, so the URL is built from its parts rather than by pasting the path in.
+    """
+    if isinstance(where, URL):
         return where
-    return "sqlite:///" + os.path.abspath(os.path.expanduser(where))
+    if is_url(where):
+        return make_url(where)
+    return URL.create("sqlite", database=os.path.abspath(os.path.expanduser(where)))
 
 
-def sqlite_path(url: str) -> str | None:
+def sqlite_path(url: str | URL) -> str | None:
     """The file behind a SQLite URL; None for another dialect or an in-memory database."""
     u = make_url(url)
     if u.get_backend_name() != "sqlite" or u.database in (None, "", ":memory:"):
@@ -137,10 +153,9 @@ def _ownership(path: str) -> str:
 def unwritable_reason(path: str) -> str | None:
     """Why this process cannot keep a registry at ``path`` (None when it can): names the folder or the file."""
     folder = os.path.dirname(path) or "."
-    try:
-        os.makedirs(folder, exist_ok=True)
-    except OSError as exc:
-        return f"its folder {folder} cannot be created ({exc.strerror})"
+    # A missing folder is not created: a mistyped --db/ARBITER_DB would otherwise leave folders behind silently.
+    if not os.path.exists(folder):
+        return f"its folder {folder} does not exist (create it first, e.g. `mkdir -p {folder}`)"
     if not os.path.isdir(folder):
         return f"{folder} is not a folder"
     if not os.access(folder, os.W_OK | os.X_OK):  # SQLite creates its -wal/-shm files beside the registry
@@ -150,7 +165,7 @@ def unwritable_reason(path: str) -> str | None:
     return None
 
 
-def _readonly_sqlite_url(path: str) -> str:
+def _readonly_sqlite_url(path: str) -> URL:
     """The URL that opens ``path`` for reading only, also where this process cannot write its folder.
 
     A WAL-mode registry needs a ``-shm`` file beside it even to be read; in a folder we cannot write (a shipped
@@ -158,7 +173,9 @@ def _readonly_sqlite_url(path: str) -> str:
     ``immutable``: read as it is on disk, which is the whole registry when no ``-wal`` holds commits not yet
     copied into it (SQLite copies them when the last writer closes).
     """
-    url = f"sqlite:///file:{path}?mode=ro&uri=true"
+    # A SQLite URI: the path is %-quoted, so "?", "#" and "%" in a file name stay part of the name.
+    query = {"mode": "ro", "uri": "true"}
+    url = URL.create("sqlite", database="file:" + urllib.parse.quote(os.path.abspath(path)), query=query)
     folder = os.path.dirname(path) or "."
     if os.access(folder, os.W_OK | os.X_OK) or os.path.exists(path + "-shm"):
         return url
@@ -167,10 +184,10 @@ def _readonly_sqlite_url(path: str) -> str:
         raise RegistryError(f"{path}: its {wal} holds commits not yet in the file, and its folder is not writable "
                             f"by you ({_ownership(folder)}), so they cannot be read. Nothing was changed. Its owner "
                             f"can fold them in with `arbiter --db {path} doctor`.")
-    return url + "&immutable=1"
+    return url.update_query_dict({"immutable": "1"})
 
 
-def _engine(url: str, readonly: bool):
+def _engine(url: URL, readonly: bool):
     u = make_url(url)
     if u.get_backend_name() != "sqlite":
         return create_engine(url, pool_pre_ping=True)
@@ -379,7 +396,10 @@ class SqlStore(Store):
                     after()
 
     def _open(self) -> None:
-        found = self._run(migrate.read_version, write=False)
+        try:
+            found = self._run(migrate.read_version, write=False)
+        except migrate.SchemaVersionError as exc:
+            raise migrate.SchemaVersionError(f"{self.where}: {exc} {self.fix}") from None
         if found == SCHEMA_VERSION:
             return
         if self.readonly and found is None:
@@ -387,6 +407,10 @@ class SqlStore(Store):
                                 f"table). {self.fix}")
         if self.readonly and found == 0:
             raise RegistryError(f"{self.where}: empty, no registry in it. {self.fix}")
+        if self.readonly and found > SCHEMA_VERSION:
+            raise migrate.NewerSchemaError(f"{self.where}: registry schema v{found} is newer than this "
+                                           f"kernel-arbiter (v{SCHEMA_VERSION}); upgrade kernel-arbiter. "
+                                           f"Nothing was changed.")
         if self.readonly:
             raise RegistryError(f"{self.where}: schema v{found}, this kernel-arbiter reads v{SCHEMA_VERSION}. "
                                 f"Upgrade a writable copy with `arbiter --db COPY doctor`.")
@@ -469,15 +493,18 @@ class SqlStore(Store):
         return {VerdictKey(r.identity, r.params, r.key, r.env): self._verdict(r) for r in rows}
 
     def load_verdict(self, vkey):
+        """The verdict this installation's gate computed; None also for an imported one (``origin``), so the
+        gate runs again on first use and its verdict replaces the file's (``save_verdict``)."""
+        own = VerdictRow.origin == ""
         if ("verdicts", vkey.env) not in self._loaded:
-            found = self._verdict_rows(VerdictRow.env == vkey.env)
+            found = self._verdict_rows(VerdictRow.env == vkey.env, own)
             with self._lock:
                 self._verdicts.update(found)
                 self._loaded.add(("verdicts", vkey.env))
         verdict = self._verdicts.get(vkey)
         if verdict is None:  # committed by another process since the bulk load?
             verdict = self._verdict_rows(VerdictRow.identity == vkey.identity, VerdictRow.params == vkey.params,
-                                         VerdictRow.key == vkey.key, VerdictRow.env == vkey.env).get(vkey)
+                                         VerdictRow.key == vkey.key, VerdictRow.env == vkey.env, own).get(vkey)
             if verdict is not None:
                 self._verdicts[vkey] = verdict
         return verdict
@@ -488,7 +515,7 @@ class SqlStore(Store):
                       max_excess=_num(verdict.max_excess), probes=list(verdict.probes),
                       budget_rel_fro=verdict.budget.rel_fro, budget_atol=verdict.budget.atol,
                       budget_rtol=verdict.budget.rtol, looser_budget=bool(verdict.looser_budget),
-                      seconds=float(verdict.seconds))
+                      seconds=float(verdict.seconds), origin="")
         match = (VerdictRow.identity == vkey.identity, VerdictRow.params == vkey.params,
                  VerdictRow.key == vkey.key, VerdictRow.env == vkey.env)
 

@@ -2,24 +2,35 @@
 
 ``export_registry(store)`` reads every environment, candidate, verdict,
 measurement and solution of a ``SqlStore`` into a ``RegistryExport``.
-``read_export(path)`` parses and validates a file: a malformed one raises
-``ImportFileError`` naming the file and each field at fault (JSON syntax errors
-name the line and column). ``import_registry(store, data)`` merges in one
-transaction: new rows are added, identical ones skipped, and a differing row
-(another winner for the same key and environment, a verdict that disagrees) is
-a *conflict*: kept as it is and reported, or replaced with ``overwrite=True``.
-Nothing from a file is ever executed: candidates are referenced by name and
-code identity, and only a registered candidate can run.
+``read_export(path)`` checks a file entry by entry, streaming it (memory does
+not grow with the file): a malformed one raises ``ImportFileError`` naming the
+file and each field at fault (JSON syntax errors name the line and column), and
+nothing is imported from it. ``import_registry(store, data)`` then merges it in
+transactions of ``BATCH_ROWS`` rows, so a serving process waiting for the write
+lock waits for one batch, never for the whole file: new rows are added,
+identical ones skipped, and a differing row (another winner for the same key
+and environment, a verdict that disagrees) is a *conflict*: kept as it is and
+reported, or replaced with ``overwrite=True``.
+
+Nothing from a file is ever executed, and nothing from it is trusted to be
+correct: candidates are referenced by name and code identity (only a registered
+candidate can run), an environment's fingerprint must be the digest of its
+fields, and imported verdicts are stored with ``origin = "imported"``: they
+never serve, the gate runs again on first use and replaces them.
 """
 from __future__ import annotations
 
 import json
 import math
 import os
+import re
+import time
+from collections.abc import Iterator
 from datetime import datetime
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError, field_validator,
+                      model_validator)
 from sqlalchemy import insert, select, update
 
 from arbiter.errors import RegistryError
@@ -30,8 +41,17 @@ from arbiter.store.models import (SCHEMA_VERSION, CandidateRow, Environment, Mea
 FORMAT = "kernel-arbiter-registry"
 Text = Field(max_length=4096)
 # An export of 100,000 solutions with their verdicts and measurements is about 100 MiB; a file far larger is not
-# an export, and is refused before it is read into memory.
+# an export, and is refused before it is read. Files below it are streamed, never held whole in memory.
 MAX_FILE_BYTES = 512 * 2**20
+# No entry of an export comes near this (the largest, an environment, is < 300 kB at the field limits): the
+# streaming reader never holds more than this of one entry, and an entry longer than it is refused.
+MAX_ENTRY_BYTES = 8 * 2**20
+# Rows per write transaction of an import: a serving process that needs the write lock waits for one batch
+# (tens of milliseconds), far inside SQLite's busy timeout, instead of for the whole file.
+BATCH_ROWS = 500
+# Conflict lines kept for the report (the count is always exact).
+MAX_CONFLICT_LINES = 1000
+SECTIONS = ("environments", "candidates", "verdicts", "measurements", "solutions")
 
 
 class ImportFileError(RegistryError):
@@ -42,13 +62,57 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", ser_json_inf_nan="strings")
 
 
+# Figures an export holds: never negative, a NaN is written as null; only an error may be infinite.
+Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+Error = Annotated[float, Field(ge=0)]
+Probe = Annotated[str, Field(max_length=256)]
+
+
+def _scalar(x) -> bool:
+    return (x is None or isinstance(x, (bool, int)) and abs(x) < 2**63
+            or isinstance(x, float) and math.isfinite(x) or isinstance(x, str) and len(x) <= 256)
+
+
+def _solution_index(v: dict) -> dict:
+    """A solution index is a few named scalars or short lists of them (tile shapes): never nested, never huge."""
+    if not isinstance(v, dict):
+        raise ValueError(f"must be a JSON object of named parameters, not {type(v).__name__}")
+    if len(v) > 64:
+        raise ValueError(f"{len(v)} parameters; a solution index has at most 64")
+    for name, x in v.items():
+        if len(name) > 128 or not (_scalar(x) or isinstance(x, list) and len(x) <= 64 and all(map(_scalar, x))):
+            raise ValueError(f"parameter {name[:40]!r}: must be a bool, integer, finite number, string of at "
+                             f"most 256 characters, or a list of at most 64 of those")
+    return v
+
+
+def _json_text(v: str, what: str):
+    try:
+        return json.loads(v)
+    except (ValueError, RecursionError):
+        raise ValueError(f"must be {what} as JSON text") from None
+
+
+def _op_dims(key: str) -> tuple[str, ...] | None:
+    """The dimension names of the key's op, when this installation knows the op (None otherwise)."""
+    from arbiter.ops import OPS
+
+    kind = OPS.get(key.split(":")[1])
+    return None if kind is None else tuple(kind.region_type.DIMS)
+
+
 class _Keyed(_Model):
     key: str = Field(max_length=4096)
 
     @field_validator("key")
     @classmethod
     def _problem_key(cls, v: str) -> str:
-        ProblemKey.parse(v)  # raises ValueError naming the text
+        parsed = ProblemKey.parse(v)  # raises ValueError naming the text
+        want = _op_dims(v)
+        have = tuple(name for name, _ in parsed.bucket)
+        if want is not None and have != want:  # e.g. a matmul bucket on a softmax key: nothing could read it
+            raise ValueError(f"bucket {','.join(have)} does not fit op {parsed.op} (its dimensions are "
+                             f"{','.join(want)})")
         return v
 
 
@@ -65,6 +129,19 @@ class EnvironmentModel(_Model):
                 raise ValueError(f"field {name[:40]!r}: names are at most 128 characters, values at most 1024")
         return v
 
+    @model_validator(mode="after")
+    def _digest(self):
+        """The fingerprint is the digest of the fields: edited fields would be stored under a fingerprint that is
+        not theirs (and served as if they were). Only a fingerprint-only entry (no fields) cannot be checked."""
+        from arbiter.env import EnvironmentKey
+
+        if self.fields:
+            digest = EnvironmentKey.from_fields(self.target, self.fields).fingerprint
+            if digest != self.fingerprint:
+                raise ValueError(f"fingerprint {self.fingerprint} is not the digest of its fields ({digest}): "
+                                 f"the fields were edited or belong to another environment")
+        return self
+
 
 class CandidateModel(_Model):
     identity: str = Field(max_length=256)
@@ -78,59 +155,74 @@ class CandidateModel(_Model):
 class VerdictModel(_Keyed):
     identity: str = Field(max_length=256)
     params: str = Field(max_length=4096)
-    env: str
-    passed: bool
+    env: str = Field(max_length=64)  # a fingerprint
+    passed: StrictBool  # "yes", 1 or "true" are refused, not read as True
     reason: str = Text
-    rel_error: float | None
-    max_excess: float | None
-    probes: list[str] = Field(max_length=64)
-    budget_rel_fro: float
-    budget_atol: float
-    budget_rtol: float
-    looser_budget: bool
-    seconds: float
+    rel_error: Error | None
+    max_excess: Error | None
+    probes: list[Probe] = Field(max_length=64)
+    budget_rel_fro: Seconds
+    budget_atol: Seconds
+    budget_rtol: Seconds
+    looser_budget: StrictBool
+    seconds: Seconds
+
+    @field_validator("params")
+    @classmethod
+    def _params(cls, v: str) -> str:
+        _solution_index(_json_text(v, "a solution index (a JSON object)"))
+        return v
 
 
 class MeasurementModel(_Keyed):
-    env: str
+    env: str = Field(max_length=64)  # a fingerprint
     candidate: str = Field(max_length=128)
     params: str = Field(max_length=4096)
     mode: Literal["device", "latency"]
-    reps: int = Field(ge=0, le=2**31 - 1)  # an INTEGER column on every dialect
-    median_s: float | None
-    p20_s: float | None
-    p80_s: float | None
-    spread: float | None
-    warmup_s: float | None
-    screened: bool
+    reps: StrictInt = Field(ge=0, le=2**31 - 1)  # an INTEGER column on every dialect
+    median_s: Seconds | None
+    p20_s: Seconds | None
+    p80_s: Seconds | None
+    spread: Seconds | None
+    warmup_s: Seconds | None
+    screened: StrictBool
     dims: str | None = Field(default=None, max_length=4096)
+
+    @field_validator("params")
+    @classmethod
+    def _params(cls, v: str) -> str:
+        _solution_index(_json_text(v, "a solution index (a JSON object)"))
+        return v
+
+    @model_validator(mode="after")
+    def _dims(self):
+        """The exact dimensions timed: a JSON object of the op's dimension names to sizes (report reads it)."""
+        if self.dims is None:
+            return self
+        dims = _json_text(self.dims, "an object of dimension sizes")
+        if not isinstance(dims, dict) or len(dims) > 16 or not all(
+                isinstance(n, int) and not isinstance(n, bool) and 0 <= n < 2**62 for n in dims.values()):
+            raise ValueError("dims: must be a JSON object of at most 16 dimension names to sizes (integers >= 0)")
+        want = _op_dims(self.key)
+        if want is not None and tuple(dims) != want:
+            raise ValueError(f"dims: {','.join(dims)} are not the dimensions of this key's op ({','.join(want)})")
+        return self
 
 
 class SolutionModel(_Keyed):
-    env: str
+    env: str = Field(max_length=64)  # a fingerprint
     candidate: str = Field(max_length=128)
     identity: str = Field(max_length=256)
     params: dict
     policy: Literal["tier", "measured", "forced"]
-    margin: float | None
+    margin: Annotated[float, Field(ge=-1, allow_inf_nan=False)] | None
     note: str = Text
     created: datetime
 
     @field_validator("params")
     @classmethod
     def _solution_index(cls, v: dict) -> dict:
-        """A solution index is a few named scalars or short lists of them (tile shapes): never nested, never huge."""
-        def scalar(x):
-            return (x is None or isinstance(x, (bool, int)) and abs(x) < 2**63
-                    or isinstance(x, float) and math.isfinite(x) or isinstance(x, str) and len(x) <= 256)
-
-        if len(v) > 64:
-            raise ValueError(f"{len(v)} parameters; a solution index has at most 64")
-        for name, x in v.items():
-            if len(name) > 128 or not (scalar(x) or isinstance(x, list) and len(x) <= 64 and all(map(scalar, x))):
-                raise ValueError(f"parameter {name[:40]!r}: must be a bool, integer, finite number, string of at "
-                                 f"most 256 characters, or a list of at most 64 of those")
-        return v
+        return _solution_index(v)
 
 
 class RegistryExport(_Model):
@@ -189,11 +281,212 @@ def write_export(data: RegistryExport, path: str) -> None:
         f.write(data.model_dump_json(indent=1))
 
 
-def read_export(path: str) -> RegistryExport:
-    """Parse and validate an export file; ImportFileError names the file and every field at fault.
+_MODELS = {"environments": EnvironmentModel, "candidates": CandidateModel, "verdicts": VerdictModel,
+           "measurements": MeasurementModel, "solutions": SolutionModel}
 
-    A file over ``MAX_FILE_BYTES`` is refused unread; JSON nested beyond the parser's limit, numbers out of range,
-    unknown fields and over-long texts or lists are faults like any other. Nothing is imported from a faulty file.
+
+class _Header(_Model):
+    format: Literal["kernel-arbiter-registry"]
+    schema_version: StrictInt = Field(ge=1, le=SCHEMA_VERSION)
+    exported: datetime
+
+
+class _Fault(Exception):
+    """A JSON syntax fault at a position of the file."""
+
+
+_LIST = object()  # what ``_Stream.items`` yields where a section's list opens
+
+
+class _Stream:
+    """The top level of an export file, read in chunks: ``items()`` yields (field, index, value) with each array
+    element parsed on its own (index None for a plain field). Never holds more than one entry plus a chunk."""
+
+    CHUNK = 1 << 20
+    _WS = re.compile(r"[ \t\n\r]*")
+
+    def __init__(self, f):
+        self.f, self.buf, self.pos, self.eof, self.lines = f, "", 0, False, 0
+        self.decoder = json.JSONDecoder()
+
+    def _fill(self) -> bool:
+        if self.eof:
+            return False
+        if self.pos > self.CHUNK:  # drop what was read; count its lines for positions
+            self.lines += self.buf.count("\n", 0, self.pos)
+            self.buf, self.pos = self.buf[self.pos:], 0
+        chunk = self.f.read(self.CHUNK)
+        if not chunk:
+            self.eof = True
+            return False
+        self.buf += chunk
+        return True
+
+    def where(self, pos: int | None = None) -> str:
+        pos = self.pos if pos is None else pos
+        line = self.lines + self.buf.count("\n", 0, pos) + 1
+        return f"line {line} column {pos - self.buf.rfind(chr(10), 0, pos)}"
+
+    def _ws(self) -> str:
+        while True:
+            self.pos = self._WS.match(self.buf, self.pos).end()
+            if self.pos < len(self.buf) or not self._fill():
+                return self.buf[self.pos:self.pos + 1]
+
+    def _expect(self, chars: str, what: str) -> str:
+        c = self._ws()
+        if not c or c not in chars:
+            raise _Fault(f"expected {what} at {self.where()}" + ("" if c else " (the file ends there)"))
+        self.pos += 1
+        return c
+
+    def _value(self):
+        self._ws()
+        while True:
+            try:
+                value, end = self.decoder.raw_decode(self.buf, self.pos)
+            except json.JSONDecodeError as exc:
+                # Possibly cut by the chunk's end: read on, up to the longest entry an export can have.
+                if len(self.buf) - self.pos < MAX_ENTRY_BYTES and self._fill():
+                    continue
+                if len(self.buf) - self.pos >= MAX_ENTRY_BYTES:
+                    raise _Fault(f"an entry longer than {MAX_ENTRY_BYTES // 2**20} MiB at {self.where()}: not "
+                                 f"an export entry") from None
+                raise _Fault(f"{exc.msg} at {self.where(exc.pos)}") from None
+            except RecursionError:
+                raise _Fault(f"nested beyond the recursion limit at {self.where()}") from None
+            except ValueError as exc:  # e.g. an integer of more digits than Python converts
+                raise _Fault(f"number out of range ({exc}) at {self.where()}") from None
+            if end == len(self.buf) and not self.eof and self._fill():
+                continue  # a number or literal may go on in the next chunk
+            self.pos = end
+            return value
+
+    def items(self) -> Iterator[tuple[str, int | None, object]]:
+        self._expect("{", "{ (an export is one JSON object)")
+        if self._ws() == "}":
+            self.pos += 1
+        else:
+            while True:
+                name = self._value()
+                if not isinstance(name, str):
+                    raise _Fault(f"expected a field name at {self.where()}")
+                self._expect(":", "':'")
+                if name in SECTIONS and self._ws() == "[":
+                    self.pos += 1
+                    yield name, None, _LIST  # the section is there, even when empty
+                    i = 0
+                    if self._ws() == "]":
+                        self.pos += 1
+                    else:
+                        while True:
+                            yield name, i, self._value()
+                            i += 1
+                            if self._expect(",]", "',' or ']'") == "]":
+                                break
+                else:
+                    yield name, None, self._value()
+                if self._expect(",}", "',' or '}'") == "}":
+                    break
+        if self._ws():
+            raise _Fault(f"extra data after the export's object at {self.where()}")
+
+
+class ExportFile:
+    """An export file checked by ``read_export``: its header, entry counts, and the path to stream it again."""
+
+    def __init__(self, path: str, header: _Header, counts: dict[str, int]):
+        self.path, self.header, self.counts = path, header, counts
+
+    def rows(self) -> Iterator[tuple[str, _Model]]:
+        try:
+            with open(self.path, encoding="utf-8") as f:
+                for name, i, value in _Stream(f).items():
+                    if i is not None:
+                        yield name, _MODELS[name].model_validate(value)
+        except (OSError, UnicodeDecodeError, _Fault, ValidationError) as exc:  # it was sound when checked
+            raise ImportFileError(f"{self.path}: changed while it was imported ({str(exc)[:200]}); the batches "
+                                  f"before this point were imported. Import it again once it is complete.") from None
+
+
+def _scan(path: str, f) -> ExportFile:
+    """Validate every entry of an open export file; raises ImportFileError listing up to 20 faults."""
+    problems, more = [], 0
+    header, counts, seen = {}, dict.fromkeys(SECTIONS, 0), set()
+    envs, idents, refs = set(), set(), {}
+
+    def fault(where: str, msg: str):
+        nonlocal more
+        if len(problems) < 20:
+            problems.append(f"  {where}: {msg}")
+        else:
+            more += 1
+
+    try:
+        for name, i, value in _Stream(f).items():
+            if i is None:
+                if name in seen:
+                    fault(name, "appears twice")
+                seen.add(name)
+                if name in SECTIONS:
+                    if value is not _LIST:
+                        fault(name, "must be a list")
+                elif name in _Header.model_fields:
+                    header[name] = value
+                else:
+                    fault(name, "Extra inputs are not permitted")
+                continue
+            seen.add(name)
+            counts[name] += 1
+            try:
+                row = _MODELS[name].model_validate(value)
+            except ValidationError as exc:
+                for err in exc.errors():
+                    loc = ".".join(str(p) for p in (name, i, *err["loc"]))
+                    fault(loc, err["msg"])
+                continue
+            if name == "environments":
+                envs.add(row.fingerprint)
+            elif name == "candidates":
+                idents.add(row.identity)
+            else:  # references not resolved yet are checked at the end: the sections may come in any order
+                if row.env not in envs:
+                    refs.setdefault(("env", row.env), f"{name}.{i}.env")
+                if name != "measurements" and row.identity not in idents:
+                    refs.setdefault(("identity", row.identity), f"{name}.{i}.identity")
+    except _Fault as exc:
+        raise ImportFileError(f"{path}: not valid JSON: {exc}; nothing was imported. Write the file again with "
+                              f"`arbiter export`.") from None
+    try:
+        parsed = _Header.model_validate(header)
+    except ValidationError as exc:
+        parsed = None
+        for err in exc.errors():
+            fault(".".join(str(p) for p in err["loc"]) or "(file)", err["msg"])
+    for section in SECTIONS:
+        if section not in seen:
+            fault(section, "Field required")
+    for (kind, value), where in refs.items():
+        if kind == "env" and value not in envs:
+            fault(where, f"{value!r} is not among the file's environments")
+        if kind == "identity" and value not in idents:
+            fault(where, f"{value[:80]!r} is not among the file's candidates")
+    if problems:
+        tail = f"\n  ... and {more} more" if more else ""
+        raise ImportFileError(f"{path}: not a valid kernel-arbiter export; nothing was imported:\n"
+                              + "\n".join(problems) + tail
+                              + "\nFix those fields, or write the file again with `arbiter export`.")
+    return ExportFile(path, parsed, counts)
+
+
+def read_export(path: str) -> ExportFile:
+    """Check an export file entry by entry; ImportFileError names the file and every field at fault.
+
+    A file over ``MAX_FILE_BYTES`` is refused unread. Others are streamed (a chunk and one entry in memory at
+    a time): JSON nested beyond the parser's limit, numbers out of range, unknown fields, over-long texts or
+    lists, negative timings, non-boolean flags, parameters or dimensions that are not JSON of their shape, a
+    bucket that does not fit its op and a fingerprint that is not its fields' digest are faults like any other.
+    Nothing is imported from a faulty file.
     """
     try:
         size = os.stat(path).st_size
@@ -202,83 +495,128 @@ def read_export(path: str) -> RegistryExport:
                                   f"({MAX_FILE_BYTES // 2**20} MiB at most); it was not read and nothing was "
                                   f"imported. Check that it is a file written by `arbiter export`.")
         with open(path, encoding="utf-8") as f:
-            text = f.read()
+            return _scan(path, f)
     except (OSError, UnicodeDecodeError) as exc:
         raise ImportFileError(f"{path}: cannot be read ({exc}); nothing was imported.") from exc
-    try:
-        return RegistryExport.model_validate_json(text)
-    except ValidationError as exc:
-        problems = []
-        for err in exc.errors()[:20]:
-            where = ".".join(str(p) for p in err["loc"]) or "(file)"
-            problems.append(f"  {where}: {err['msg']}")
-        more = f"\n  ... and {exc.error_count() - 20} more" if exc.error_count() > 20 else ""
-        raise ImportFileError(f"{path}: not a valid kernel-arbiter export; nothing was imported:\n"
-                              + "\n".join(problems) + more
-                              + "\nFix those fields, or write the file again with `arbiter export`.") from None
 
 
-def import_registry(store, data: RegistryExport, *, overwrite: bool = False) -> dict:
-    """Merge ``data`` into ``store`` in one transaction. Returns {"added": {...}, "unchanged": n, "conflicts": [...]}."""
-    report = {"added": {"environments": 0, "candidates": 0, "verdicts": 0, "measurements": 0, "solutions": 0},
-              "replaced": 0, "unchanged": 0, "conflicts": []}
+def _batches(data) -> Iterator[list[tuple[str, _Model]]]:
+    """The rows of ``data`` (an ExportFile, streamed, or a RegistryExport) in batches of ``BATCH_ROWS``."""
+    rows = data.rows() if isinstance(data, ExportFile) else (
+        (section, row) for section in SECTIONS for row in getattr(data, section))
+    batch = []
+    for item in rows:
+        batch.append(item)
+        if len(batch) >= BATCH_ROWS:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
 
-    def conflict(what: str, mine, theirs):
-        report["conflicts"].append(f"{what}: registry has {mine}, file has {theirs}"
-                                   + (" (replaced)" if overwrite else " (kept the registry's)"))
 
-    def write(conn):
-        for k in report["added"]:
-            report["added"][k] = 0
-        report["replaced"], report["unchanged"], report["conflicts"][:] = 0, 0, []
-        for e in data.environments:
-            row = conn.execute(select(Environment.fields).where(Environment.fingerprint == e.fingerprint)).first()
-            if row is None:
-                conn.execute(insert(Environment).values(fingerprint=e.fingerprint, target=e.target, fields=e.fields))
-                report["added"]["environments"] += 1
-            elif not row.fields:
-                conn.execute(update(Environment).where(Environment.fingerprint == e.fingerprint)
-                             .values(fields=e.fields))
-        for c in data.candidates:
-            if conn.execute(select(CandidateRow.identity).where(CandidateRow.identity == c.identity)).first() is None:
-                conn.execute(insert(CandidateRow).values(**c.model_dump()))
-                report["added"]["candidates"] += 1
-        keys = {r.key for s in (data.verdicts, data.measurements, data.solutions) for r in s}
-        for key in keys:
-            if conn.execute(select(ProblemKeyRow.id).where(ProblemKeyRow.id == key)).first() is None:
-                p = ProblemKey.parse(key)
-                conn.execute(insert(ProblemKeyRow).values(
-                    id=key, target=p.target, op=p.op, dtype=p.dtype, layout=p.layout,
-                    attrs=key.split(":")[4], bucket=key.split(":")[5]))
-        _merge(conn, VerdictRow, data.verdicts, ("identity", "params", "key", "env"), ("passed",),
-               "verdicts", report, conflict, overwrite)
-        _merge(conn, MeasurementRow, data.measurements, ("key", "env", "candidate", "params", "mode"),
-               ("median_s",), "measurements", report, conflict, overwrite)
-        _merge(conn, SolutionRow, data.solutions, ("key", "env"), ("candidate", "params"),
-               "solutions", report, conflict, overwrite)
+def import_registry(store, data: ExportFile | RegistryExport, *, overwrite: bool = False) -> dict:
+    """Merge ``data`` into ``store``, ``BATCH_ROWS`` rows per transaction (parents first: a batch's rows never
+    point at a row a later batch adds). Returns {"added": {...}, "replaced": n, "unchanged": n,
+    "conflicts": [lines, at most MAX_CONFLICT_LINES], "conflict_counts": {section: n}, "batches": n,
+    "longest_batch_s": the longest write transaction (what a waiting writer waits at most)}.
 
-    store._run(write, write=True)
+    A crash between batches leaves the batches before it imported, each whole: importing the file again adds
+    the rest (identical rows are skipped). Imported verdicts are stored with origin "imported" (never served).
+    """
+    report = {"added": dict.fromkeys(SECTIONS, 0), "replaced": 0, "unchanged": 0, "conflicts": [],
+              "conflict_counts": dict.fromkeys(SECTIONS[2:], 0), "batches": 0, "longest_batch_s": 0.0}
+    for batch in _batches(data):
+        part = {"added": dict.fromkeys(SECTIONS, 0), "replaced": 0, "unchanged": 0, "conflicts": [],
+                "conflict_counts": dict.fromkeys(SECTIONS[2:], 0)}
+
+        def write(conn, batch=batch, part=part):
+            for k in part["added"]:  # a retried transaction starts its counts again
+                part["added"][k] = 0
+            part["replaced"], part["unchanged"], part["conflicts"][:] = 0, 0, []
+            part["conflict_counts"] = dict.fromkeys(SECTIONS[2:], 0)
+            _write_batch(conn, batch, part, overwrite)
+
+        t0 = time.perf_counter()
+        store._run(write, write=True)
+        report["batches"] += 1
+        report["longest_batch_s"] = max(report["longest_batch_s"], time.perf_counter() - t0)
+        for k, n in part["added"].items():
+            report["added"][k] += n
+        for k, n in part["conflict_counts"].items():
+            report["conflict_counts"][k] += n
+        report["replaced"] += part["replaced"]
+        report["unchanged"] += part["unchanged"]
+        room = MAX_CONFLICT_LINES - len(report["conflicts"])
+        report["conflicts"] += part["conflicts"][:max(room, 0)]
     store._loaded.clear()  # caches refill from the database on next use
     store._solutions.clear()
     store._verdicts.clear()
     return report
 
 
-def _merge(conn, model, rows, match, compare, section, report, conflict, overwrite):
-    for row in rows:
-        values = row.model_dump()
-        where = [getattr(model, c) == values[c] for c in match]
-        found = conn.execute(select(*(getattr(model, c) for c in compare)).where(*where)).first()
-        if found is None:
-            conn.execute(insert(model).values(**values))
-            report["added"][section] += 1
+_MERGE = {  # section: (model, columns that identify a row, columns compared for a conflict, extra values)
+    "verdicts": (VerdictRow, ("identity", "params", "key", "env"), ("passed",), {"origin": "imported"}),
+    "measurements": (MeasurementRow, ("key", "env", "candidate", "params", "mode"), ("median_s",), {}),
+    "solutions": (SolutionRow, ("key", "env"), ("candidate", "params"), {}),
+}
+
+
+def _write_batch(conn, batch, report, overwrite) -> None:
+    """One batch in the open transaction: parents first, then each section's rows with one query for the rows
+    already there and one multi-row insert for the new ones."""
+    def same(a, b) -> bool:
+        return json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True, default=str)
+
+    keys = sorted({row.key for section, row in batch if section in _MERGE})
+    for section, row in batch:
+        if section == "environments":
+            found = conn.execute(select(Environment.fields).where(Environment.fingerprint == row.fingerprint)).first()
+            if found is None:
+                conn.execute(insert(Environment).values(fingerprint=row.fingerprint, target=row.target,
+                                                        fields=row.fields))
+                report["added"]["environments"] += 1
+            elif not found.fields and row.fields:  # checked: these fields digest to this fingerprint
+                conn.execute(update(Environment).where(Environment.fingerprint == row.fingerprint)
+                             .values(fields=row.fields))
+        elif section == "candidates":
+            if conn.execute(select(CandidateRow.identity).where(CandidateRow.identity == row.identity)).first() is None:
+                conn.execute(insert(CandidateRow).values(**row.model_dump()))
+                report["added"]["candidates"] += 1
+    if keys:
+        known = set(conn.execute(select(ProblemKeyRow.id).where(ProblemKeyRow.id.in_(keys))).scalars())
+        parsed = [(k, ProblemKey.parse(k)) for k in keys if k not in known]
+        if parsed:
+            conn.execute(insert(ProblemKeyRow), [
+                dict(id=k, target=p.target, op=p.op, dtype=p.dtype, layout=p.layout, attrs=k.split(":")[4],
+                     bucket=k.split(":")[5]) for k, p in parsed])
+    for section, (model, match, compare, extra) in _MERGE.items():
+        rows = [row for s, row in batch if s == section]
+        if not rows:
             continue
-        mine = tuple(found)
-        theirs = tuple(values[c] for c in compare)
-        if json.dumps(mine, sort_keys=True, default=str) == json.dumps(theirs, sort_keys=True, default=str):
-            report["unchanged"] += 1
-            continue
-        conflict(f"{section[:-1]} {' '.join(str(values[c]) for c in match)}", mine, theirs)
-        if overwrite:
-            conn.execute(update(model).where(*where).values(**values))
-            report["replaced"] += 1
+        cols = tuple(getattr(model, c) for c in match + compare)
+        found = {tuple(r[:len(match)]): tuple(r[len(match):]) for r in conn.execute(
+            select(*cols).where(model.key.in_(sorted({row.key for row in rows})))).all()}
+        new = []
+        for row in rows:
+            values = {**row.model_dump(), **extra}
+            ident = tuple(values[c] for c in match)
+            theirs = tuple(values[c] for c in compare)
+            mine = found.get(ident)
+            if mine is None:
+                new.append(values)
+                found[ident] = theirs  # a repeated entry of the file is then unchanged or a conflict
+                report["added"][section] += 1
+            elif same(mine, theirs):
+                report["unchanged"] += 1
+            else:
+                report["conflict_counts"][section] += 1
+                report["conflicts"].append(f"{section[:-1]} {' '.join(str(v) for v in ident)}: registry has "
+                                           f"{mine}, file has {theirs}"
+                                           + (" (replaced)" if overwrite else " (kept the registry's)"))
+                if overwrite:
+                    conn.execute(update(model).where(*(getattr(model, c) == values[c] for c in match))
+                                 .values(**values))
+                    found[ident] = theirs
+                    report["replaced"] += 1
+        if new:
+            conn.execute(insert(model), new)

@@ -4,8 +4,9 @@
 ``kernel(chain, dtype, parallel)`` returns the compiled function. Each distinct source is written
 once to ``<cache dir>/k_<content hash>.py`` and imported from there, so numba's own on-disk cache
 (``cache=True``) keeps its machine code across processes; in a process the compiled kernel is kept
-by content hash. The cache directory is ``$ARBITER_CACHE_DIR/synth/cpu`` (default
-``~/.cache/kernel-arbiter/synth/cpu``; a temporary directory when that is not writable).
+by content hash. The cache directory is ``<cache root>/synth/cpu``, the root being ``$ARBITER_CACHE_DIR``, else
+``$XDG_CACHE_HOME/kernel-arbiter``, else ``~/.cache/kernel-arbiter``; it is used only when no other user can
+write it (``arbiter.cachedir`` says how it is checked and what is used instead).
 
 The kernel computes ``out[i, j] = chain(z[i, j])`` for 2-D ``z`` and ``out`` (which may be the same
 array: the pass then runs in place), in the dtype of ``out`` (float32 or float64).
@@ -15,7 +16,6 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -73,19 +73,11 @@ def source(chain: Chain, dtype: str, parallel: bool = True) -> str:
 
 
 def cache_dir() -> Path:
-    """Where generated sources (and numba's cache of them) live; created on first use."""
-    root = os.environ.get("ARBITER_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "kernel-arbiter")
-    path = Path(root) / "synth" / "cpu"
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        probe = path / f".probe-{os.getpid()}"
-        probe.write_text("")
-        probe.unlink()
-        return path
-    except OSError:
-        fallback = Path(tempfile.gettempdir()) / f"kernel-arbiter-{os.getuid()}" / "synth" / "cpu"
-        fallback.mkdir(parents=True, exist_ok=True)
-        return fallback
+    """Where generated sources (and numba's cache of them) live: a folder only this user can write (they are
+    imported, and numba unpickles its index beside them), created on first use. See ``arbiter.cachedir``."""
+    from arbiter.cachedir import private_dir
+
+    return private_dir("synth", "cpu")
 
 
 class SynthKernel:
