@@ -13,8 +13,10 @@ from contextlib import contextmanager
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
-from arbiter.cli import app, console
+from arbiter.cli import app, console, error, lit
+from arbiter.cli.output import show
 from arbiter.errors import RegistryError
 
 
@@ -23,7 +25,7 @@ def _registry_errors():
     try:
         yield
     except RegistryError as exc:
-        console().print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+        error(exc)
         raise typer.Exit(1)
 
 
@@ -131,20 +133,21 @@ def stats(
                           "zero_hit_solutions": len(zero)}, indent=1, default=str))
         return
     out = console()
-    table = Table(title=f"registry {_shown()}: stored solutions")
+    table = Table(title=lit(f"registry {_shown()}: stored solutions"))
     for col in ("key", "winner", "policy", "tier", "hits", "misses", "fallbacks", "state"):
-        table.add_column(col, justify="right" if col in ("hits", "misses", "fallbacks") else "left")
+        table.add_column(col, justify="right" if col in ("hits", "misses", "fallbacks") else "left",
+                         no_wrap=col in ("policy", "tier", "misses", "fallbacks"))
     for r in sorted(rows, key=lambda r: (r["state"] != "current", r["key"])):
-        hits = "[yellow]0 (never dispatched)[/yellow]" if r["hits"] == 0 else str(r["hits"])
+        hits = lit("0 (never dispatched)", "yellow") if r["hits"] == 0 else str(r["hits"])
         state = r["state"] + (f" [{r['layer']}]" if r["layer"] != "user" else "")
-        table.add_row(r["key"], r["winner"], r["policy"], r["tier"], hits, str(r["misses"]), str(r["fallbacks"]),
-                      state if r["state"] == "current" else f"[red]{state}[/red]")
-    out.print(table)
+        table.add_row(lit(r["key"]), lit(r["winner"]), r["policy"], r["tier"], hits, str(r["misses"]),
+                      str(r["fallbacks"]), lit(state, "" if r["state"] == "current" else "red"))
+    show(out, table)
     for e in stale:
         what = ", ".join(f"{k}: {v['stored']} -> {v['now']}" for k, v in e["changed"].items()) or "fields unknown"
-        out.print(f"stale environment {e['fingerprint']} ({e['target']}, {e['layer']}): "
-                  f"{e['rows'].get('solutions', 0)} solutions, {e['rows'].get('verdicts', 0)} verdicts; "
-                  f"changed: {what}", highlight=False)
+        out.print(lit(f"stale environment {e['fingerprint']} ({e['target']}, {e['layer']}): "
+                      f"{e['rows'].get('solutions', 0)} solutions, {e['rows'].get('verdicts', 0)} verdicts; "
+                      f"changed: {what}"), highlight=False)
     n_stale = sum(1 for r in rows if r["state"] == "stale")
     out.print(f"{len(rows)} solutions, {n_stale} stale, {len(zero)} current with zero hits"
               + ("; remove stale entries with `arbiter prune --stale`" if stale else ""), highlight=False)
@@ -170,14 +173,14 @@ def env_cmd(
     out = console()
     for name, info in found.items():
         if "unavailable" in info:
-            out.print(f"{name}: unavailable ({info['unavailable']})", highlight=False)
+            out.print(lit(f"{name}: unavailable ({info['unavailable']})"), highlight=False)
             continue
-        table = Table(title=f"{name} environment {info['fingerprint']}")
+        table = Table(title=lit(f"{name} environment {info['fingerprint']}"))
         table.add_column("field")
         table.add_column("value")
         for k, v in info["fields"].items():
-            table.add_row(k, v)
-        out.print(table)
+            table.add_row(lit(k), lit(v))
+        show(out, table)
 
 
 def _target_status(name: str) -> tuple[bool, str]:
@@ -231,14 +234,14 @@ def list_cmd(
     out = console()
     table = Table(title="registered candidates")
     for col in ("target", "op", "name", "tier", "available", "reason"):
-        table.add_column(col)
+        table.add_column(col, no_wrap=col in ("target", "tier", "available"))
     for r in rows:
-        table.add_row(r["target"], r["op"], r["name"], r["tier"], "yes" if r["available"] else "[red]no[/red]",
-                      r["reason"])
-    out.print(table)
+        table.add_row(r["target"], lit(r["op"]), lit(r["name"]), r["tier"],
+                      "yes" if r["available"] else lit("no", "red"), lit(r["reason"]))
+    show(out, table)
     for name, (ok, why) in target_state.items():
         if not ok:
-            out.print(f"target {name}: unavailable ({why})", highlight=False)
+            out.print(lit(f"target {name}: unavailable ({why})"), highlight=False)
 
 
 @app.command()
@@ -256,12 +259,13 @@ def prune(
         found = _stale_envs(sql)
         for e in found:
             what = ", ".join(f"{k}: {v['stored']} -> {v['now']}" for k, v in e["changed"].items()) or "fields unknown"
-            out.print(f"stale {e['fingerprint']} ({e['target']}): {e['rows']}; changed: {what}", highlight=False)
+            out.print(lit(f"stale {e['fingerprint']} ({e['target']}): {e['rows']}; changed: {what}"), highlight=False)
         if dry_run or not found:
             out.print(f"{len(found)} stale environment(s); nothing removed" + (" (--dry-run)" if dry_run else ""))
             return
         removed = sql.prune([e["fingerprint"] for e in found])
-    out.print(f"removed from {sql.where}: " + ", ".join(f"{n} {k}" for k, n in removed.items()), highlight=False)
+    out.print(lit(f"removed from {sql.where}: " + ", ".join(f"{n} {k}" for k, n in removed.items())),
+              highlight=False)
 
 
 def _move_aside(path: str) -> str:
@@ -284,7 +288,7 @@ def doctor(repair: bool = typer.Option(False, "--repair", help="Move a corrupt r
     """Check the user registry: readable, a registry, schema version, integrity, row counts, stale entries."""
     from arbiter.store.sql import SqlStore, UnwritableRegistry, sqlite_path, to_url
 
-    out = console()
+    out = console(markup=False)  # paths and messages print as they are
     where = _where()
     path = sqlite_path(to_url(where))
     if path is not None and not os.path.exists(path):
@@ -295,13 +299,13 @@ def doctor(repair: bool = typer.Option(False, "--repair", help="Move a corrupt r
         sql = SqlStore(where)
         problems = sql.integrity_check()
     except UnwritableRegistry as exc:  # readable or not, it is not ours to move
-        out.print(f"[red]problem:[/red] {exc}", highlight=False, soft_wrap=True)
+        out.print(Text.assemble(("problem:", "red"), " ", lit(exc)), highlight=False, soft_wrap=True)
         raise typer.Exit(1)
     except RegistryError as exc:
         problems = [str(exc)]
     if problems:
         for p in problems:
-            out.print(f"[red]problem:[/red] {p}", highlight=False, soft_wrap=True)
+            out.print(Text.assemble(("problem:", "red"), " ", lit(p)), highlight=False, soft_wrap=True)
         if sql is not None:
             sql.close()
         if path is None:  # a server database is repaired by its administrator, never moved by us
@@ -331,8 +335,9 @@ def export_cmd(file: str = typer.Argument(..., help="JSON file to write.")):
     with _registry_errors():
         data = export_registry(_user_sql(write=False))
     write_export(data, file)
-    console().print(f"wrote {file}: {len(data.solutions)} solutions, {len(data.verdicts)} verdicts, "
-                    f"{len(data.measurements)} measurements, {len(data.environments)} environments", highlight=False)
+    console().print(lit(f"wrote {file}: {len(data.solutions)} solutions, {len(data.verdicts)} verdicts, "
+                        f"{len(data.measurements)} measurements, {len(data.environments)} environments"),
+                    highlight=False)
 
 
 @app.command("import")
@@ -348,7 +353,7 @@ def import_cmd(
         data = read_export(file)
         report = import_registry(_user_sql(write=True), data, overwrite=overwrite)
     for line in report["conflicts"]:
-        out.print(f"conflict: {line}", highlight=False, soft_wrap=True)
-    out.print(f"imported {file}: added " + ", ".join(f"{n} {k}" for k, n in report["added"].items())
-              + f"; {report['unchanged']} unchanged, {len(report['conflicts'])} conflict(s), "
-              f"{report['replaced']} replaced", highlight=False, soft_wrap=True)
+        out.print(lit(f"conflict: {line}"), highlight=False, soft_wrap=True)
+    out.print(lit(f"imported {file}: added " + ", ".join(f"{n} {k}" for k, n in report["added"].items())
+                  + f"; {report['unchanged']} unchanged, {len(report['conflicts'])} conflict(s), "
+                  f"{report['replaced']} replaced"), highlight=False, soft_wrap=True)
