@@ -5,8 +5,8 @@
   is), no emoji codes, and it wraps only after separators (space ``:`` ``,`` ``;`` ``/`` ``|`` ``>`` ``{``), so
   ``HAND_TUNED``, a number or a key segment is never cut in the middle.
 * ``show(console, table)``: a table that would have to squeeze a column below its narrowest word prints
-  as one block per row instead (the first cell on its own line, then ``column value`` pairs), so an
-  80-column terminal or ``COLUMNS=80`` gets whole words.
+  as one block per row instead (the first cell(s) on a line of their own, then ``column value`` pairs), so
+  an 80-column terminal or ``COLUMNS=80`` gets whole words.
 * ``console()``: the width is ``$COLUMNS`` when set, else the terminal's (stdout's, or stderr's when stdout
   is piped), else 160 for logs and CI.
 * ``Steps``: one line per step on stderr when stderr is not a terminal (no progress bar can be seen
@@ -182,8 +182,9 @@ def _pack(console: Console, items: list[Text], width: int) -> list[Text]:
     return lines
 
 
-def show(console: Console, table: Table) -> None:
-    """Print ``table``; when its columns cannot all get their narrowest word, print it as blocks instead."""
+def show(console: Console, table: Table, heading: int = 1) -> None:
+    """Print ``table``; when its columns cannot all get their narrowest word, print it as blocks instead:
+    per row, its first ``heading`` cells on one line, then the others as ``column value`` pairs."""
     if _fit(console, table):
         console.print(table)
         return
@@ -193,9 +194,9 @@ def show(console: Console, table: Table) -> None:
     columns = [list(c.cells) for c in table.columns]
     for r in range(table.row_count):
         cells = [_as_text(console, col[r]) if r < len(col) else Text("") for col in columns]
-        console.print(lit(cells[0]))
+        console.print(lit(Text(" ").join(cells[:heading])))
         pairs = []
-        for header, cell in zip(headers[1:], cells[1:]):
+        for header, cell in zip(headers[heading:], cells[heading:]):
             if not cell.plain.strip():
                 continue
             value = Text(" ").join(cell.split())  # a multi-line cell reads as one line here

@@ -238,7 +238,7 @@ def list_cmd(
     for r in rows:
         table.add_row(r["target"], lit(r["op"]), lit(r["name"]), r["tier"],
                       "yes" if r["available"] else lit("no", "red"), lit(r["reason"]))
-    show(out, table)
+    show(out, table, heading=3)  # target op name
     for name, (ok, why) in target_state.items():
         if not ok:
             out.print(lit(f"target {name}: unavailable ({why})"), highlight=False)
