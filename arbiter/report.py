@@ -272,7 +272,17 @@ def _ticks(keys: list[KeyEntry]) -> tuple[list[float], list[str]]:
 
 
 def plot(section: Section, family: Family) -> str | None:
-    """One family's figure as a base64 PNG: median time (p20..p80 bars) and, when the op has a work model,
+    """``figure(section, family)`` as a base64 PNG, cropped to what it draws (the legend included)."""
+    fig = figure(section, family)
+    if fig is None:
+        return None
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", bbox_inches="tight")
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def figure(section: Section, family: Family):
+    """One family's matplotlib Figure: median time (p20..p80 bars) and, when the op has a work model,
     throughput, versus problem size (log), one line per solution; the winner of each key starred. None when
     nothing was measured."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -349,9 +359,7 @@ def plot(section: Section, family: Family) -> str | None:
     fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=min(3, len(labels)),
                fontsize=7, frameon=False, title="★ winner of the key   ○ screened (stopped early: an estimate)",
                title_fontsize=7)
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", bbox_inches="tight")
-    return base64.b64encode(buf.getvalue()).decode("ascii")
+    return fig
 
 
 # --- HTML ----------------------------------------------------------------------------------------------------
