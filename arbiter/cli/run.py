@@ -11,7 +11,7 @@ from arbiter import dispatch
 from arbiter import env as envmod
 from arbiter.candidates import params_id
 from arbiter.cli import app, console as make_console, friendly, lit
-from arbiter.cli.output import show
+from arbiter.cli.output import Steps, show
 from arbiter.store import VerdictKey
 from arbiter.suite import suite as get_suite
 
@@ -33,11 +33,13 @@ def run(
     table = Table(title=f"decisions: suite {suite!r} on {target}", title_justify="left")
     for col in ("problem", "bucket", "winner", "tier", "policy", "rel error", "hits", "misses", "fallb."):
         table.add_column(col, overflow="fold")
+    steps = Steps()  # a log gets a line per key (nothing is shown until the table otherwise)
     for i, problem in enumerate(problems):
         region = problem.region(target, seed=i)
         for _ in range(calls):
             arbiter.run_arbitrated(problem.op, region, policy=policy)
         route = dispatch._table[region.key.id]
+        steps.say(f"key {i + 1}/{len(problems)} {problem.label}: {route.label} ({route.policy})")
         env = envmod.environment(region.target)
         verdict = st.load_verdict(VerdictKey(route.candidate.identity(), params_id(route.params), region.key.id,
                                              env.fingerprint))
