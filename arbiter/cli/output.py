@@ -162,9 +162,13 @@ def _fit(console: Console, table: Table) -> bool:
     widths = [lo for lo, _ in ranges]
     spare = room - sum(widths)
     wants = [hi - lo for lo, hi in ranges]
-    total = sum(wants)
-    for i, want in enumerate(wants):  # share the spare width by how much each column would still use
-        widths[i] += min(want, spare * want // total)
+    # Share the spare width fairly, smallest wants first: a short column ("3 screened") gets all it needs and
+    # stays on one line; the long ones (reasons, keys) share the rest and wrap.
+    order = sorted(range(len(wants)), key=lambda i: wants[i])
+    for n, i in enumerate(order):
+        give = min(wants[i], spare // (len(order) - n))
+        widths[i] += give
+        spare -= give
     for column, w, i in zip(table.columns, widths, range(len(widths))):
         column.width = w - table._get_padding_width(i)
     return True
