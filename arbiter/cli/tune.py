@@ -230,13 +230,14 @@ class _Reporting:
             self.steps.say(f"  {what} {candidate.name}{params_id(params) if params else ''}: {seconds:.1f} s")
         return result
 
-    def verify(self, candidate, params, region):
+    # Arguments pass through as given: the runner's contract belongs to arbiter.tune, not to this wrapper.
+    def verify(self, candidate, params, *args, **kwargs):
         from arbiter.verify import verify
 
-        return self._timed("gate", self.inner.verify or verify, candidate, params, region)
+        return self._timed("gate", self.inner.verify or verify, candidate, params, *args, **kwargs)
 
-    def measure(self, candidate, params, region, **kwargs):
-        return self._timed("timed", self.inner.measure, candidate, params, region, **kwargs)
+    def measure(self, candidate, params, *args, **kwargs):
+        return self._timed("timed", self.inner.measure, candidate, params, *args, **kwargs)
 
 
 def _tune_parallel(console, problems, target, workers, devices, mode, isolate, budget_seconds):
