@@ -49,3 +49,13 @@ class StrictMissError(ArbiterError, LookupError):
 
 class RegistryError(ArbiterError, RuntimeError):
     """The persistent registry cannot be used; the message names the file and the fix."""
+
+
+class TargetUnavailable(ArbiterError, RuntimeError):
+    """A target cannot run anything here; ``reason`` names the first gate that failed (no CuPy, no device,
+    the NVRTC probe, no libamdhip64, ...), on one line."""
+
+    def __init__(self, target: str, reason: str):
+        self.target = target
+        self.reason = " ".join(str(reason).split())  # a compiler log or dlopen message can span lines
+        super().__init__(f"target {target} is unavailable: {self.reason}")

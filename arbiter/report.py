@@ -7,7 +7,10 @@ failed verdicts and the dispatch counters; plus the stale solutions (stored
 under an environment that differs from this machine's) with what changed.
 ``render(report)`` turns it into HTML; ``write(layers, out_dir)`` does both.
 
-What is plotted: every environment not known to be stale. An environment whose
+What is plotted: per section, one figure per *family* of keys (same layout, same attributes, same
+dimensions of size 1: a GEMV is not a point on the square-GEMM curve, causal attention not one on the
+non-causal curve), time and throughput versus problem size on a log axis, one line per solution.
+Every environment not known to be stale is plotted. An environment whose
 target cannot be checked here (a GPU registry read on a laptop) is plotted and
 marked "not checked", so a fleet's registry can be read anywhere.
 
@@ -27,6 +30,7 @@ import html
 import io
 import math
 import os
+import re
 import tempfile
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -219,35 +223,82 @@ def _modes(section: Section) -> list[str]:
     return modes
 
 
-def _xlabels(keys: list[KeyEntry]) -> list[str]:
-    many = len({(k.key.layout, k.key.attrs) for k in keys}) > 1
+@dataclass
+class Family:
+    """Keys of one section that belong on one line per solution: same layout, same attributes, and the same
+    degenerate dimensions (a GEMV with n=1 is not a point on the square-GEMM curve)."""
+
+    title: str
+    keys: list[KeyEntry]
+
+
+_COUNT_DIMS = ("batch", "heads")  # how many independent problems: one of them is not another kind of problem
+
+
+def families(section: Section) -> list[Family]:
+    """The section's measured keys grouped into families, each ordered by problem size."""
+    groups: dict[tuple, list[KeyEntry]] = {}
+    for k in section.keys:
+        if not k.measurements:  # decided by tier alone: no point to plot
+            continue
+        unit = tuple(n for n, v in k.key.bucket if v <= 1 and n not in _COUNT_DIMS)
+        groups.setdefault((k.key.layout, k.key.attrs, unit), []).append(k)
     out = []
-    for k in keys:
-        text = " ".join(f"{n}{v}" for n, v in k.key.bucket)
-        if many:
-            attrs = ",".join(f"{a}={v}" for a, v in k.key.attrs if v not in ("none", "0", "-1")) or "-"
-            text += f"\n{k.key.layout} {attrs}"
-        out.append(text)
+    for (layout, attrs, unit), keys in sorted(groups.items(), key=lambda g: (g[0][2], g[0][1], g[0][0])):
+        title = " · ".join(filter(None, [f"layout {layout}", ",".join(f"{a}={v}" for a, v in attrs),
+                                          ", ".join(f"{n}=1" for n in unit)]))
+        out.append(Family(title, sorted(keys, key=lambda k: (_size(k), k.key.id))))
     return out
 
 
-def plot(section: Section) -> str | None:
-    """The section's figure as a base64 PNG: median time (p20..p80 bars) and, when the op has a work model,
-    throughput, versus shape bucket, one line per solution; the winner of each bucket starred. None when
+def _dims(k: KeyEntry) -> dict[str, int]:
+    """The shape a key was timed at (stored since schema v3), else its bucket's upper bound."""
+    timed = next((m.dims for m in k.measurements if m.dims), None)
+    return dict(timed) if timed else dict(k.key.bucket)
+
+
+def _size(k: KeyEntry) -> int:
+    return math.prod(max(v, 1) for v in _dims(k).values())
+
+
+def _ticks(keys: list[KeyEntry]) -> tuple[list[float], list[str]]:
+    """Tick positions and shape labels, dropping a label that would crowd the one before it (log axis)."""
+    xs, labels, last = [], [], None
+    for k in keys:
+        x = _size(k)
+        if last is not None and x < last * 2.5:
+            continue
+        xs.append(x)
+        labels.append("x".join(str(v) for v in _dims(k).values()))
+        last = x
+    return xs, labels
+
+
+def plot(section: Section, family: Family) -> str | None:
+    """``figure(section, family)`` as a base64 PNG, cropped to what it draws (the legend included)."""
+    fig = figure(section, family)
+    if fig is None:
+        return None
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", bbox_inches="tight")
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def figure(section: Section, family: Family):
+    """One family's matplotlib Figure: median time (p20..p80 bars) and, when the op has a work model,
+    throughput, versus problem size (log), one line per solution; the winner of each key starred. None when
     nothing was measured."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    modes = _modes(section)
+    modes = _modes(Section(section.target, section.op, section.dtype, section.env, family.keys))
     if not modes:
         return None
-    keys = [k for k in section.keys if k.measurements]  # keys decided by tier alone have no point to plot
-    xs = list(range(len(keys)))
-    has_work = work(section.op, dict(keys[0].key.bucket), section.dtype) is not None
+    keys = family.keys
+    has_work = work(section.op, _dims(keys[0]), section.dtype) is not None
     panels = [(m, "time") for m in modes] + ([(modes[0], "rate")] if has_work else [])
     solutions = sorted({label(m.candidate, m.params) for k in keys for m in k.measurements})
-    legend_rows = math.ceil(len(solutions) / 3)
-    fig = Figure(figsize=(5.6 * len(panels), 4.0 + 0.18 * legend_rows), dpi=96)
+    fig = Figure(figsize=(5.2 * len(panels), 3.8), dpi=96)
     FigureCanvasAgg(fig)
     colors = {s: f"C{i % 10}" for i, s in enumerate(solutions)}
     markers = {s: "osD^v<>ph"[(i // 10) % 9] for i, s in enumerate(solutions)}
@@ -263,14 +314,16 @@ def plot(section: Section) -> str | None:
         unit_scale, prefix = next(((s, p) for s, p in ((1e12, "T"), (1e9, "G"), (1e6, "M")) if peak >= s),
                                   (1e3, "k"))
         unit = prefix + base
+    tick_x, tick_labels = _ticks(keys)
+    size_name = "·".join(_dims(keys[0]))
     for i, (mode, kind) in enumerate(panels):
         ax = fig.add_subplot(1, len(panels), i + 1)
         for sol in solutions:
             pts = []
-            for x, k in zip(xs, keys):
+            for k in keys:
                 for m in k.measurements:
                     if m.mode == mode and label(m.candidate, m.params) == sol and m.median_s == m.median_s:
-                        pts.append((x, k, m))
+                        pts.append((_size(k), k, m))
             if not pts:
                 continue
             if kind == "time":
@@ -288,11 +341,15 @@ def plot(section: Section) -> str | None:
             won = [(x, y) for (x, k, _), y in zip(pts, ys) if k.winner == sol]
             if won:
                 ax.scatter(*zip(*won), marker="*", s=220, color=colors[sol], edgecolors="black", zorder=4)
-        ax.set_xticks(xs, _xlabels(keys), rotation=45 if len(xs) > 4 else 0, ha="right" if len(xs) > 4 else "center",
-                      fontsize=7)
+        ax.set_xscale("log")
         ax.set_yscale("log")
-        ax.grid(True, which="both", alpha=0.25)
-        ax.set_xlabel("shape bucket (upper bound)")
+        ax.set_xticks(tick_x, tick_labels, fontsize=7)
+        ax.minorticks_off()
+        ax.tick_params(axis="x", which="minor", bottom=False)
+        if len(tick_x) == 1:  # one point: widen the axis so the point is not on its edge
+            ax.set_xlim(tick_x[0] / 2, tick_x[0] * 2)
+        ax.grid(True, which="major", alpha=0.25)
+        ax.set_xlabel(f"problem size ({size_name}), log scale")
         if kind == "time":
             ax.set_ylabel(f"median {mode} time, µs (p20..p80)")
             ax.set_title(f"{mode} time", fontsize=10)
@@ -300,13 +357,12 @@ def plot(section: Section) -> str | None:
             ax.set_ylabel(f"{unit} at the shape timed")
             ax.set_title(f"throughput ({mode})", fontsize=10)
     handles, labels = fig.axes[0].get_legend_handles_labels()
-    legend_h = (0.3 + 0.18 * legend_rows) / fig.get_figheight()
-    fig.legend(handles, labels, loc="lower center", ncol=min(3, len(labels)), fontsize=7, frameon=False,
-               title="★ winner of the bucket   ○ screened (stopped early: an estimate)", title_fontsize=7)
-    fig.tight_layout(rect=(0, legend_h, 1, 1))
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    return base64.b64encode(buf.getvalue()).decode("ascii")
+    fig.tight_layout()
+    # Below the panels and outside them: bbox_inches="tight" grows the picture to hold it, so no entry is cut.
+    fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=min(3, len(labels)),
+               fontsize=7, frameon=False, title="★ winner of the key   ○ screened (stopped early: an estimate)",
+               title_fontsize=7)
+    return fig
 
 
 # --- HTML ----------------------------------------------------------------------------------------------------
@@ -338,12 +394,28 @@ def _fmt(x, spec: str) -> str:
     return "" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
 
 
+def error_cell(rejected: Rejected) -> str:
+    """The rel error column of a gate failure: the error when the output was compared with the oracle;
+    what happened instead when it never was (a candidate that raised has no error to show, not 0)."""
+    raised = re.search(r"\braised (.+)$", rejected.reason, re.S)
+    if raised:
+        return f"raised: {raised.group(1)}"
+    if "crashed while timed" in rejected.reason:
+        return "crashed while timed"
+    compared = "relative error" in rejected.reason or "oracle" in rejected.reason
+    return _fmt(rejected.rel_error, ".2e") if compared else "not compared"
+
+
 def _section_html(s: Section, env_state: str, plots: bool) -> str:
     parts = [f'<h2 id="{_e(s.anchor)}">{_e(s.title)} <span class=muted>env {_e(s.env)}'
              f'{" (not checked here)" if env_state == "not checked" else ""}</span></h2>']
-    img = plot(s) if plots else None
-    if img:
-        parts.append(f'<img alt="{_e(s.title)}: time and throughput versus shape" src="data:image/png;base64,{img}">')
+    imgs = [(f, plot(s, f)) for f in families(s)] if plots else []
+    imgs = [(f, img) for f, img in imgs if img]
+    for f, img in imgs:
+        parts.append(f"<h3>{_e(f.title)}</h3>"
+                     f'<img alt="{_e(s.title)} · {_e(f.title)}: time and throughput versus problem size" '
+                     f'src="data:image/png;base64,{img}">')
+    if imgs:
         if work(s.op, dict(s.keys[0].key.bucket), s.dtype) is not None:
             what = "2·m·n·k FLOP" if s.op == "matmul" else "bytes read + written (x and out)"
             exact = all(m.dims for k in s.keys for m in k.measurements)
@@ -381,7 +453,7 @@ def _section_html(s: Section, env_state: str, plots: bool) -> str:
         parts.append("<details><summary>Measurements</summary>"
                      + _table(["bucket", "solution", "mode", "median µs", "spread %", "reps"], timed,
                               numeric=(3, 4)) + "</details>")
-    failed = [[f"<code>{_e(k.key.id)}</code>", _e(f.solution), _e(f.reason), _fmt(f.rel_error, ".2e")]
+    failed = [[f"<code>{_e(k.key.id)}</code>", _e(f.solution), _e(f.reason), _e(error_cell(f))]
               for k in s.keys for f in sorted(k.rejected, key=lambda f: f.solution)]
     if failed:
         parts.append("<h3>Rejected by the gate</h3>" + _table(["key", "solution", "reason", "rel error"], failed))

@@ -6,8 +6,8 @@ parameter set), time each one that passed, and decide:
 * the fastest solution becomes the key's solution with policy ``measured`` when
   its margin over the next (or, when it is not the tier default, over the tier
   default) beats the noise: ``margin > SEPARATION x max(spread of the two)``;
-* otherwise the tier default stays, policy ``tier``, noted "not separated"
-  (or "only one solution passed the gate").
+* otherwise the tier default stays, policy ``tier``, noted "... but not separated"
+  (or "no other solution to time", with how many were excluded and how many failed the gate).
 
 Measurements (both modes on GPUs), the verdicts and the solution are persisted, in one transaction.
 """
@@ -139,6 +139,22 @@ def _time_rows(order, region, store, env, runner, mode, cap, modes, progress) ->
     return records
 
 
+def _versus(fastest, rival, margin: float, ok: bool) -> str:
+    """Who is faster than whom, by how much, and whether that beats the noise."""
+    spread = max(fastest.timing.spread, rival.timing.spread) * 100
+    faster = f"{fastest.label} is {margin * 100:.1f}% faster than {rival.label}"
+    return f"{faster} (spread {spread:.1f}%)" if ok else f"{faster}, but not separated: spread {spread:.1f}%"
+
+
+def _alone(rows) -> str:
+    """Why one solution was timed alone: how many others were excluded, and how many failed the gate."""
+    excluded = sum(r.status == "excluded" for r in rows)
+    failed = sum(r.status == "failed" for r in rows)
+    why = [f"{excluded} excluded (unavailable or not applicable)"] if excluded else []
+    why += [f"{failed} failed the gate"] if failed else []
+    return "no other solution to time: " + (", ".join(why) if why else "it is the only one registered")
+
+
 def _decide_by_time(decision, order, records, region, store):
     """Apply the separation rule to the timed rows; persist measurements and the solution."""
     passed = [r for r in decision.rows if r.status == "passed"]
@@ -153,11 +169,10 @@ def _decide_by_time(decision, order, records, region, store):
     fastest = timed[0]
     rival = (timed[1] if len(timed) > 1 else None) if fastest is default else default
     if rival is None:
-        ok, margin, note = False, None, "only one solution passed the gate"
+        ok, margin, note = False, None, _alone(decision.rows)
     else:
         ok, margin = separated(fastest.timing, rival.timing)
-        note = "" if ok else (f"not separated: {fastest.label} {margin * 100:+.1f}% vs {rival.label}, "
-                              f"spread {max(fastest.timing.spread, rival.timing.spread) * 100:.1f}%")
+        note = _versus(fastest, rival, margin, ok)
     # Only a separated winner is "measured"; a lone solution or a tie leaves the tier default in charge.
     chosen, policy = (fastest, "measured") if ok else (default, "tier")
     decision.winner, decision.policy, decision.note, decision.margin = chosen, policy, note, margin

@@ -157,3 +157,65 @@ def test_page_renders_in_headless_chromium(registry, tmp_path):
     assert pixels.shape[:2] == (900, 1200)
     # a blank or error page is one colour; a rendered report has text, tables and a plot
     assert (pixels < 0.5).mean() > 0.005 and len(np.unique(pixels.reshape(-1, 3), axis=0)) > 50
+
+
+class Raises(Candidate):
+    """Raises on every call: the gate fails it, and there is no relative error to show for it."""
+
+    name, target, op, tier = "raises", "cpu", "matmul", Tier.EMITTED
+
+    def run(self, region, params):
+        raise ValueError("boom")
+
+
+def test_unlike_keys_get_figures_of_their_own_on_a_numeric_size_axis(tmp_path, only_candidates):
+    pytest.importorskip("matplotlib")
+    from arbiter.report import families, figure
+
+    only_candidates("cpu", "matmul", SlowVendor(0.002), FastEmitted())
+    path = tmp_path / "registry.db"
+    sql = SqlStore(str(path))
+    dims = [(16, 16, 16), (32, 32, 32), (64, 64, 64), (1, 64, 64), (64, 1, 64)]  # square; GEMV m=1; GEMV n=1
+    for m, n, k in dims:
+        tune_region(Matmul.random("cpu", "float32", {"m": m, "n": n, "k": k}), sql, budget_s=0.3)
+    [section] = collect(layers_of(path)).sections
+    found = families(section)
+    plain = "layout RR · activation=none,bias=0,residual=0"
+    assert [(f.title, [k.key.shape_text for k in f.keys]) for f in found] == [
+        (plain, ["16x16x16", "32x32x32", "64x64x64"]),  # one line per solution through these, by size
+        (plain + " · m=1", ["1x64x64"]), (plain + " · n=1", ["64x1x64"])]
+
+    fig = figure(section, found[0])
+    for ax in fig.axes:
+        assert ax.get_xscale() == "log"  # a size axis, not a category axis
+        ticks = ax.get_xticklabels()
+        assert [t.get_text() for t in ticks] == ["16x16x16", "32x32x32", "64x64x64"]
+        assert all(t.get_rotation() == 0 for t in ticks)
+        assert [round(x) for x in ax.get_xticks()] == [16 ** 3, 32 ** 3, 64 ** 3]
+
+    result = CliRunner().invoke(app, ["--db", str(path), "report", "--out", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    page = (tmp_path / "out" / "index.html").read_text()
+    assert [h for h in re.findall(r"<h3>([^<]*)</h3><img", page)] == [html.escape(f.title) for f in found]
+    from matplotlib.image import imread
+
+    for encoded in re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page):
+        png = tmp_path / "figure.png"
+        png.write_bytes(base64.b64decode(encoded))
+        pixels = imread(str(png))[..., :3]
+        height = pixels.shape[0]
+        ink = (pixels < 0.9).any(axis=2)
+        assert ink[int(height * 0.85):].any()  # the legend is drawn below the panels...
+        assert not ink[-1].any() and not ink[:, -1].any()  # ...and nothing runs off the picture's edge
+
+
+def test_a_candidate_that_raised_shows_its_error_not_a_relative_error_of_zero(tmp_path, only_candidates):
+    only_candidates("cpu", "matmul", SlowVendor(0.0), Raises())
+    path = tmp_path / "registry.db"
+    tune_region(small(16), SqlStore(str(path)), budget_s=0.2)
+    result = CliRunner().invoke(app, ["--db", str(path), "report", "--out", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    page = (tmp_path / "out" / "index.html").read_text()
+    row = re.search(r"<td>raises</td><td>([^<]*)</td><td>([^<]*)</td>", page)
+    assert row and re.fullmatch(r"at \S+: raised ValueError: boom", row.group(1))
+    assert row.group(2) == "raised: ValueError: boom" and "0.00e+00" not in page

@@ -13,8 +13,10 @@ from contextlib import contextmanager
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
-from arbiter.cli import app, console
+from arbiter.cli import app, console, error, lit
+from arbiter.cli.output import show
 from arbiter.errors import RegistryError
 
 
@@ -23,7 +25,7 @@ def _registry_errors():
     try:
         yield
     except RegistryError as exc:
-        console().print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+        error(exc)
         raise typer.Exit(1)
 
 
@@ -136,22 +138,23 @@ def stats(
                           "zero_hit_solutions": len(zero)}, indent=1, default=str))
         return
     out = console()
-    table = Table(title=f"registry {_shown()}: stored solutions")
+    table = Table(title=lit(f"registry {_shown()}: stored solutions"))
     for col in ("key", "winner", "policy", "tier", *counted, "state"):
-        table.add_column(col, justify="right" if col in counted else "left")
+        table.add_column(col, justify="right" if col in counted else "left",
+                         no_wrap=col in ("policy", "tier", *counted[1:]))
     for r in sorted(rows, key=lambda r: (r["state"] != "current", r["key"])):
         # "never dispatched" only when no process ever called the key: a load or a miss is a dispatch
         never = not any(r[c] for c in counted)
-        hits = "[yellow]0 (never dispatched)[/yellow]" if never else str(r["hits"])
+        hits = lit("0 (never dispatched)", "yellow") if never else str(r["hits"])
         state = r["state"] + (f" [{r['layer']}]" if r["layer"] != "user" else "")
-        table.add_row(r["key"], r["winner"], r["policy"], r["tier"], hits, *(str(r[c]) for c in counted[1:]),
-                      state if r["state"] == "current" else f"[red]{state}[/red]")
-    out.print(table)
+        table.add_row(lit(r["key"]), lit(r["winner"]), r["policy"], r["tier"], hits,
+                      *(str(r[c]) for c in counted[1:]), lit(state, "" if r["state"] == "current" else "red"))
+    show(out, table)
     for e in stale:
         what = ", ".join(f"{k}: {v['stored']} -> {v['now']}" for k, v in e["changed"].items()) or "fields unknown"
-        out.print(f"stale environment {e['fingerprint']} ({e['target']}, {e['layer']}): "
-                  f"{e['rows'].get('solutions', 0)} solutions, {e['rows'].get('verdicts', 0)} verdicts; "
-                  f"changed: {what}", highlight=False)
+        out.print(lit(f"stale environment {e['fingerprint']} ({e['target']}, {e['layer']}): "
+                      f"{e['rows'].get('solutions', 0)} solutions, {e['rows'].get('verdicts', 0)} verdicts; "
+                      f"changed: {what}"), highlight=False)
     n_stale = sum(1 for r in rows if r["state"] == "stale")
     out.print(f"{len(rows)} solutions, {n_stale} stale, {len(zero)} current with zero hits"
               + ("; remove stale entries with `arbiter prune --stale`" if stale else ""), highlight=False)
@@ -177,14 +180,14 @@ def env_cmd(
     out = console()
     for name, info in found.items():
         if "unavailable" in info:
-            out.print(f"{name}: unavailable ({info['unavailable']})", highlight=False)
+            out.print(lit(f"{name}: unavailable ({info['unavailable']})"), highlight=False)
             continue
-        table = Table(title=f"{name} environment {info['fingerprint']}")
+        table = Table(title=lit(f"{name} environment {info['fingerprint']}"))
         table.add_column("field")
         table.add_column("value")
         for k, v in info["fields"].items():
-            table.add_row(k, v)
-        out.print(table)
+            table.add_row(lit(k), lit(v))
+        show(out, table)
 
 
 def _target_status(name: str) -> tuple[bool, str]:
@@ -238,14 +241,14 @@ def list_cmd(
     out = console()
     table = Table(title="registered candidates")
     for col in ("target", "op", "name", "tier", "available", "reason"):
-        table.add_column(col)
+        table.add_column(col, no_wrap=col in ("target", "tier", "available"))
     for r in rows:
-        table.add_row(r["target"], r["op"], r["name"], r["tier"], "yes" if r["available"] else "[red]no[/red]",
-                      r["reason"])
-    out.print(table)
+        table.add_row(r["target"], lit(r["op"]), lit(r["name"]), r["tier"],
+                      "yes" if r["available"] else lit("no", "red"), lit(r["reason"]))
+    show(out, table, heading=3)  # target op name
     for name, (ok, why) in target_state.items():
         if not ok:
-            out.print(f"target {name}: unavailable ({why})", highlight=False)
+            out.print(lit(f"target {name}: unavailable ({why})"), highlight=False)
 
 
 @app.command()
@@ -263,12 +266,13 @@ def prune(
         found = _stale_envs(sql)
         for e in found:
             what = ", ".join(f"{k}: {v['stored']} -> {v['now']}" for k, v in e["changed"].items()) or "fields unknown"
-            out.print(f"stale {e['fingerprint']} ({e['target']}): {e['rows']}; changed: {what}", highlight=False)
+            out.print(lit(f"stale {e['fingerprint']} ({e['target']}): {e['rows']}; changed: {what}"), highlight=False)
         if dry_run or not found:
             out.print(f"{len(found)} stale environment(s); nothing removed" + (" (--dry-run)" if dry_run else ""))
             return
         removed = sql.prune([e["fingerprint"] for e in found])
-    out.print(f"removed from {sql.where}: " + ", ".join(f"{n} {k}" for k, n in removed.items()), highlight=False)
+    out.print(lit(f"removed from {sql.where}: " + ", ".join(f"{n} {k}" for k, n in removed.items())),
+              highlight=False)
 
 
 def _move_aside(path: str) -> str:
@@ -295,13 +299,13 @@ def doctor(repair: bool = typer.Option(False, "--repair", help="Move a corrupt r
 
     from arbiter.store.migrate import NewerSchemaError
 
-    out = console()
+    out = console(markup=False)  # paths and messages print as they are
     where = _where()
     path = sqlite_path(to_url(where))
     if path is not None and os.path.isdir(path):  # never moved: `--db .` would be the working folder
-        out.print(f"[red]problem:[/red] {path}: is a folder, not a registry file; nothing was changed. Give the "
-                  f"path of a registry file, e.g. `arbiter --db {os.path.join(path, 'registry.db')} doctor`.",
-                  highlight=False, soft_wrap=True)
+        out.print(Text.assemble(("problem:", "red"), " ", lit(
+            f"{path}: is a folder, not a registry file; nothing was changed. Give the path of a registry file, "
+            f"e.g. `arbiter --db {os.path.join(path, 'registry.db')} doctor`.")), highlight=False, soft_wrap=True)
         raise typer.Exit(1)
     if path is not None and not os.path.exists(path):
         out.print(f"{path}: no registry yet (created on first use)", highlight=False)
@@ -311,13 +315,13 @@ def doctor(repair: bool = typer.Option(False, "--repair", help="Move a corrupt r
         sql = SqlStore(where)
         problems = sql.integrity_check()
     except (UnwritableRegistry, NewerSchemaError) as exc:  # not ours to move: another user's, or a newer release's
-        out.print(f"[red]problem:[/red] {exc}", highlight=False, soft_wrap=True)
+        out.print(Text.assemble(("problem:", "red"), " ", lit(exc)), highlight=False, soft_wrap=True)
         raise typer.Exit(1)
     except RegistryError as exc:
         problems = [str(exc)]
     if problems:
         for p in problems:
-            out.print(f"[red]problem:[/red] {p}", highlight=False, soft_wrap=True)
+            out.print(Text.assemble(("problem:", "red"), " ", lit(p)), highlight=False, soft_wrap=True)
         if sql is not None:
             sql.close()
         if path is None:  # a server database is repaired by its administrator, never moved by us
@@ -347,8 +351,9 @@ def export_cmd(file: str = typer.Argument(..., help="JSON file to write.")):
     with _registry_errors():
         data = export_registry(_user_sql(write=False))
     write_export(data, file)
-    console().print(f"wrote {file}: {len(data.solutions)} solutions, {len(data.verdicts)} verdicts, "
-                    f"{len(data.measurements)} measurements, {len(data.environments)} environments", highlight=False)
+    console().print(lit(f"wrote {file}: {len(data.solutions)} solutions, {len(data.verdicts)} verdicts, "
+                        f"{len(data.measurements)} measurements, {len(data.environments)} environments"),
+                    highlight=False)
 
 
 SHOWN_CONFLICTS = 10  # conflict lines printed by `import`; the rest are summed up in one line
@@ -368,12 +373,12 @@ def import_cmd(
         report = import_registry(_user_sql(write=True), data, overwrite=overwrite)
     conflicts = sum(report["conflict_counts"].values())
     for line in report["conflicts"][:SHOWN_CONFLICTS]:  # the first few say what kind; the count says how many
-        out.print(f"conflict: {line}", highlight=False, soft_wrap=True)
+        out.print(lit(f"conflict: {line}"), highlight=False, soft_wrap=True)
     if conflicts > SHOWN_CONFLICTS:
-        out.print(f"... and {conflicts - SHOWN_CONFLICTS} more conflict(s): " + ", ".join(
+        out.print(lit(f"... and {conflicts - SHOWN_CONFLICTS} more conflict(s): " + ", ".join(
             f"{n} {k}" for k, n in report["conflict_counts"].items() if n) + ("; the file's rows replaced the "
-            "registry's" if overwrite else "; the registry's rows were kept (--overwrite takes the file's)"),
+            "registry's" if overwrite else "; the registry's rows were kept (--overwrite takes the file's)")),
             highlight=False, soft_wrap=True)
-    out.print(f"imported {file}: added " + ", ".join(f"{n} {k}" for k, n in report["added"].items())
-              + f"; {report['unchanged']} unchanged, {conflicts} conflict(s), "
-              f"{report['replaced']} replaced", highlight=False, soft_wrap=True)
+    out.print(lit(f"imported {file}: added " + ", ".join(f"{n} {k}" for k, n in report["added"].items())
+                  + f"; {report['unchanged']} unchanged, {conflicts} conflict(s), "
+                  f"{report['replaced']} replaced"), highlight=False, soft_wrap=True)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from arbiter.cli import app, console, friendly
+from arbiter.cli import app, console, friendly, lit
 from arbiter.errors import RegistryError
 
 
@@ -39,5 +39,5 @@ def report(
     from arbiter.report import write
 
     path, rep = write(_read_only_layers(), str(out), target=target, op=op)
-    console().print(f"wrote {path}: {len(rep.sections)} sections, {sum(len(s.keys) for s in rep.sections)} keys, "
-                    f"{len(rep.stale)} stale solutions", highlight=False)
+    console().print(lit(f"wrote {path}: {len(rep.sections)} sections, {sum(len(s.keys) for s in rep.sections)} "
+                        f"keys, {len(rep.stale)} stale solutions"), highlight=False)

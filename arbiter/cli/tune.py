@@ -2,21 +2,24 @@
 from __future__ import annotations
 
 import json
+import time
 from typing import List, Optional
 
 import numpy as np
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from arbiter import dispatch, select
 from arbiter import env as envmod
-from arbiter.candidates import REGISTRY
-from arbiter.cli import app, console as make_console, friendly
+from arbiter.candidates import REGISTRY, params_id
+from arbiter.cli import app, console as make_console, friendly, lit, require_target
+from arbiter.cli.output import Steps, show
 from arbiter.errors import NoCandidateError
 from arbiter.keys import ProblemKey
 from arbiter.ops import op_kind
+from arbiter.report import label as solution_label
 from arbiter.suite import Problem, suite as get_suite
 from arbiter.tune import budget_clock, explain_rows, tune_region
 
@@ -50,19 +53,35 @@ def _fmt_us(seconds: float | None) -> str:
     return "" if seconds is None else f"{seconds * 1e6:,.1f}"
 
 
+def shorten(text: str, limit: int = 200) -> str:
+    """``text`` cut at a word boundary with " …" when over ``limit`` characters (never mid-word)."""
+    text = " ".join(str(text).split())
+    if len(text) <= limit:
+        return text
+    cut = text.rfind(" ", 0, limit)
+    return text[:cut if cut > 0 else limit] + " …"
+
+
+def why_chosen(policy: str, margin: float | None, note: str) -> str:
+    """How a solution was chosen, in words: the note says who is faster and whether that is separated."""
+    if note:
+        return f"policy {policy}: {note}"
+    return f"policy {policy}" + (f", margin {margin * 100:+.1f}%" if margin is not None else "")
+
+
 def autotune_table(problem_label: str, decision) -> Table:
-    table = Table(title=escape(f"AUTOTUNE {problem_label}"), title_justify="left")
+    table = Table(title=lit(f"AUTOTUNE {problem_label}"), title_justify="left")
     for col in ("solution", "tier", "verdict", "median µs", "spread", "reps", ""):
-        table.add_column(col)
+        table.add_column(col, no_wrap=col in ("tier", "median µs", "spread", ""))
     for row in decision.rows:
         m = row.timing
         verdict = row.reason if row.status != "passed" else f"pass {row.verdict.rel_error:.1e}"
-        table.add_row(escape(row.label), row.candidate.tier.name, escape(verdict[:60]),
+        table.add_row(lit(row.label), row.candidate.tier.name, lit(shorten(verdict)),
                       _fmt_us(m.median_s) if m else "", f"{m.spread * 100:.1f}%" if m else "",
                       f"{m.reps}{' screened' if m.screened else ''}" if m else "",
                       "WINNER" if row is decision.winner else "")
-    table.caption = f"policy {decision.policy}" + (f"; margin {decision.margin * 100:+.1f}%" if decision.margin
-                                                    is not None else "") + (f"; {decision.note}" if decision.note else "")
+    table.caption = lit(why_chosen(decision.policy, decision.margin, decision.note))
+    table.caption_justify = "left"
     return table
 
 
@@ -119,12 +138,7 @@ def tune(
     console = make_console()
     if allow_looser:
         dispatch.configure(looser_accuracy=True)
-    from arbiter import targets
-
-    available = targets.get(target).available()
-    if available is not True:
-        console.print(f"[red]target {target!r} is unavailable: {available}[/red]")
-        raise typer.Exit(2)
+    require_target(target)
     problems: list[Problem] = []
     if suite:
         problems += get_suite(suite)
@@ -150,12 +164,13 @@ def tune(
         seen.add(key.id)
         if st.load_measurements(key.id, env.fingerprint) and not force:
             done = st.load_solution(key.id, env.fingerprint)
-            console.print(f"skip {escape(problem.label)}: tuned already ({done.candidate if done else '?'}); --force re-tunes")
+            console.print(lit(f"skip {problem.label}: tuned already ({done.candidate if done else '?'}); "
+                              f"--force re-tunes"))
             continue
         todo.append((problem, i, key))
     if dry_run:
         for problem, _, key in todo:
-            console.print(escape(f"would tune {problem.label}  [{key.id}]"))
+            console.print(lit(f"would tune {problem.label}  [{key.id}]"))
         return
     if workers > 1 or devices:
         _tune_parallel(console, [p for p, _, _ in todo], target, workers, devices, mode, isolate, budget_seconds)
@@ -165,29 +180,69 @@ def tune(
         from arbiter.isolate import Isolated
 
         runner = Isolated()
+    steps = Steps()
+    runner = _Reporting(runner, steps)
     tuned = 0
-    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                  TimeElapsedColumn(), console=console, transient=True) as progress:
+    # The bar goes to stderr when that is a terminal; a log gets Steps' lines instead. markup=False: a key's
+    # label (chain=mul[t]>...) is shown as it is.
+    bar = make_console(stderr=True)
+    with Progress(TextColumn("{task.description}", markup=False), BarColumn(),
+                  TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(), console=bar,
+                  transient=True, disable=not bar.is_terminal) as progress:
         keys_task = progress.add_task("keys", total=len(todo))
-        for problem, seed, _ in todo:
+        for i, (problem, seed, _) in enumerate(todo, 1):
             if spent():
-                console.print(f"[yellow]--budget-seconds reached; {len(todo) - tuned} key(s) left for the next run[/]")
+                console.print(lit(f"--budget-seconds reached; {len(todo) - tuned} key(s) left for the next run",
+                                  "yellow"))
                 break
             region = problem.region(target, seed=seed)
             n = sum(len(c.param_space()) for c in REGISTRY.candidates(region.target, region.op))
+            steps.say(f"key {i}/{len(todo)} {problem.label}: gating and timing {n} solution(s)")
+            started = time.perf_counter()
             cand_task = progress.add_task(f"  {problem.label}", total=n)
             try:
                 decision = tune_region(region, st, mode=mode, runner=runner,
                                        progress=lambda row, m: progress.advance(cand_task))
             except NoCandidateError as exc:
-                console.print(f"[red]{exc}[/red]")
+                steps.say(f"key {i}/{len(todo)} {problem.label}: no solution passed the gate")
+                console.print(lit(exc, "red"))
                 continue
             finally:
                 progress.remove_task(cand_task)
-            console.print(autotune_table(problem.label, decision))
+            steps.say(f"key {i}/{len(todo)} {problem.label}: {decision.winner.label} "
+                      f"({why_chosen(decision.policy, decision.margin, decision.note)}) "
+                      f"in {time.perf_counter() - started:.1f} s")
+            show(console, autotune_table(problem.label, decision))
             tuned += 1
             progress.advance(keys_task)
-    console.print(f"tuned {tuned} key(s) on {target}; registry: {st!r}")
+    console.print(lit(f"tuned {tuned} key(s) on {target}; registry: {st!r}"))
+
+
+class _Reporting:
+    """The runner ``tune_region`` is given, reporting each solution whose gate or timing is slow (a log
+    otherwise goes silent for as long as one key takes)."""
+
+    def __init__(self, inner, steps: Steps):
+        from arbiter.tune import InProcess
+
+        self.inner, self.steps = inner or InProcess(), steps
+
+    def _timed(self, what: str, fn, candidate, params, *args, **kwargs):
+        start = time.perf_counter()
+        result = fn(candidate, params, *args, **kwargs)
+        seconds = time.perf_counter() - start
+        if self.steps.slow(seconds):
+            self.steps.say(f"  {what} {candidate.name}{params_id(params) if params else ''}: {seconds:.1f} s")
+        return result
+
+    # Arguments pass through as given: the runner's contract belongs to arbiter.tune, not to this wrapper.
+    def verify(self, candidate, params, *args, **kwargs):
+        from arbiter.verify import verify
+
+        return self._timed("gate", self.inner.verify or verify, candidate, params, *args, **kwargs)
+
+    def measure(self, candidate, params, *args, **kwargs):
+        return self._timed("timed", self.inner.measure, candidate, params, *args, **kwargs)
 
 
 def _tune_parallel(console, problems, target, workers, devices, mode, isolate, budget_seconds):
@@ -200,9 +255,15 @@ def _tune_parallel(console, problems, target, workers, devices, mode, isolate, b
         except ValueError:
             raise typer.BadParameter(f"{devices!r} is not like 0,1,2", param_hint="--devices") from None
 
+    steps = Steps()
+
     def event(kind, label, info):
         if kind in ("retry", "lost", "failed"):
-            console.print(f"[yellow]{kind}[/] {label}: {str(info).splitlines()[0]}")
+            console.print(Text.assemble((kind, "yellow"), " ", lit(f"{label}: {str(info).splitlines()[0]}")))
+        elif kind == "start":
+            steps.say(f"key {label}: started on worker {info['worker']}")
+        elif kind == "done":
+            steps.say(f"key {label}: {info['winner']} ({info['policy']})")
 
     outcome = tune_parallel(problems, target, workers=workers, devices=device_ids, mode=mode, isolate=isolate,
                             on_event=event)
@@ -210,12 +271,12 @@ def _tune_parallel(console, problems, target, workers, devices, mode, isolate, b
                         f"{len(device_ids) if device_ids else workers} worker(s) in {outcome.seconds:.1f} s",
                   title_justify="left")
     for col in ("problem", "winner", "policy", "margin", "device", "environment"):
-        table.add_column(col)
+        table.add_column(col, no_wrap=col in ("policy", "margin", "device"))
     for label, info in outcome.tuned.items():
-        table.add_row(escape(label), escape(info["winner"]), info["policy"],
+        table.add_row(lit(label), lit(info["winner"]), info["policy"],
                       "" if info["margin"] is None else f"{info['margin'] * 100:+.1f}%",
-                      "" if info["device"] is None else str(info["device"]), info["env"])
-    console.print(table)
+                      "" if info["device"] is None else str(info["device"]), lit(info["env"]))
+    show(console, table)
     if outcome.lost or outcome.failed:
         raise typer.Exit(1)
 
@@ -241,41 +302,42 @@ def explain(
     console = make_console()
     if allow_looser:
         dispatch.configure(looser_accuracy=True)
+    require_target(target)
     [problem] = problems_from_options(op, [shape], [dtype], activation, bias, residual, attr)
     region = problem.region(target)
     st = dispatch.store()
     try:
         decision = select.decide(region, st, gate_all=True, all_params=True)
     except NoCandidateError as exc:
-        console.print(f"[red]{exc}[/red]")
+        console.print(lit(exc, "red"))
         raise typer.Exit(1)
     stored = st.load_solution(region.key.id, decision.env.fingerprint)
     rows = explain_rows(decision, st)
     if stored is not None:
         for row, r in zip(rows, decision.rows):
             row["winner"] = r.candidate.name == stored.candidate and r.params == stored.params
-    why = (f"stored solution {stored.candidate} {stored.params or ''}: policy {stored.policy}"
-           + (f", margin {stored.margin * 100:+.1f}%" if stored.margin is not None else "")
-           + (f" ({stored.note})" if stored.note else "")) if stored else \
+    why = (f"stored solution {solution_label(stored.candidate, stored.params)}: "
+           f"{why_chosen(stored.policy, stored.margin, stored.note)}") if stored else \
         f"no stored solution; tier priority would choose {decision.winner.label}"
     if as_json:
         print(json.dumps({"key": region.key.id, "why": why, "rows": rows}, indent=2, default=str))
         return
-    table = Table(title=escape(f"EXPLAIN {problem.label}  [{region.key.id}]"), title_justify="left")
+    table = Table(title=lit(f"EXPLAIN {problem.label}  [{region.key.id}]"), title_justify="left")
     for col in ("solution", "tier", "status", "reason / rel error", "device µs", "latency µs", "spread", ""):
-        table.add_column(col)
+        table.add_column(col, no_wrap=col in ("status", "device µs", "latency µs", "spread"))
     for r in rows:
         detail = r["reason"] or (f"{r['rel_error']:.2e}" if r["rel_error"] is not None and
                                  not np.isnan(r["rel_error"]) else "")
         if r["looser_budget"]:
             detail += " (declared budget, looser than published)"
         tier = r["tier"] + (f"\n{r['contract']}" if r["contract"] else "")  # a delegate shows its contract
-        table.add_row(r["solution"], tier, r["status"], detail[:110], _fmt_us(r["device_us"] and
+        table.add_row(lit(r["solution"]), lit(tier), r["status"], lit(shorten(detail)), _fmt_us(r["device_us"] and
                       r["device_us"] * 1e-6), _fmt_us(r["latency_us"] and r["latency_us"] * 1e-6),
                       f"{r['spread'] * 100:.1f}%" if r["spread"] is not None else "",
                       ("WINNER" + (" (screened)" if r["screened"] else "")) if r["winner"] else "")
-    table.caption = why
-    console.print(table)
+    table.caption = lit(why)
+    table.caption_justify = "left"
+    show(console, table)
     if source:
         cand = REGISTRY.get(source, target, op)
         if cand is None:

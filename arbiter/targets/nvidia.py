@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from arbiter.errors import TargetUnavailable
 from arbiter.targets import Target
 
 # Header-free on purpose: NVRTC must work without the CUDA toolkit's include files.
@@ -79,7 +80,7 @@ class NvidiaTarget(Target):
     def _require(self):
         ok = self.available()
         if ok is not True:
-            raise RuntimeError(f"target nvidia is unavailable: {ok}")
+            raise TargetUnavailable("nvidia", str(ok))
         return cupy_module()
 
     # -- arrays ---------------------------------------------------------------

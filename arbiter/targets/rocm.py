@@ -21,6 +21,7 @@ from typing import NamedTuple
 import numpy as np
 
 from arbiter import targets
+from arbiter.errors import TargetUnavailable
 from arbiter.targets import Target
 
 # The hip-python boundary: bound on first use by bindings(); tests inject fakes here.
@@ -336,7 +337,7 @@ class RocmTarget(Target):
     def _require(self):
         ok = self.available()
         if ok is not True:
-            raise RuntimeError(f"target rocm is unavailable: {ok}")
+            raise TargetUnavailable("rocm", str(ok))
 
     def properties(self):
         """hipDeviceProp_t of the current device (read once)."""
