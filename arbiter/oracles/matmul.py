@@ -7,10 +7,25 @@ import numpy as np
 
 from arbiter.oracles import host64
 
-try:  # SciPy's erf is vectorised; math.erf per element is the exact fallback
-    from scipy.special import erf as _ERF
-except ImportError:
-    _ERF = np.vectorize(math.erf, otypes=[np.float64])
+_erf = None
+
+
+def erf(z: np.ndarray) -> np.ndarray:
+    """Elementwise erf: SciPy's (vectorised) when installed, else ``math.erf`` per element (exact, slower).
+
+    SciPy is imported on first use, not with arbiter: it is an optional extra and costs 0.2 s to import.
+    """
+    global _erf
+    if _erf is None:
+        try:
+            from scipy.special import erf as found
+        except ImportError:
+            _math_erf = np.frompyfunc(math.erf, 1, 1)
+
+            def found(x):
+                return _math_erf(x).astype(np.result_type(x, np.float32))
+        _erf = found
+    return _erf(z)
 
 
 def activation(name: str, z: np.ndarray) -> np.ndarray:
@@ -19,7 +34,7 @@ def activation(name: str, z: np.ndarray) -> np.ndarray:
     if name == "relu":
         return np.maximum(z, 0.0)
     if name == "gelu":  # exact: x * Phi(x)
-        return 0.5 * z * (1.0 + _ERF(z / math.sqrt(2.0)))
+        return 0.5 * z * (1.0 + erf(z / math.sqrt(2.0)))
     if name == "gelu_tanh":
         return 0.5 * z * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (z + 0.044715 * z**3)))
     if name == "silu":
