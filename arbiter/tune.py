@@ -157,11 +157,11 @@ def _decide_by_time(decision, order, records, region, store, retime=None):
         ok, margin, note = False, None, "only one solution passed the gate"
     else:
         ok, margin = separated(fastest.timing, rival.timing)
-        if ok and fastest is not default and retime is not None:
-            # Confirm a win over the tier default by timing the two again in the other order (the rival
-            # first): load that drifts during a run favours whichever was timed in the quieter moment, and
-            # only a margin that survives both orders is stable from one run to the next.
-            retime([rival, fastest], settle=False)  # rival is the tier default here
+        if ok and retime is not None:
+            # Confirm a separated margin by timing the two again in the other order (the rival first): load
+            # that drifts during a run favours whichever was timed in the quieter moment, and only a margin
+            # that survives both orders is stable from one run to the next.
+            retime([rival, fastest], settle=False)
             _rank(passed, default)
             again, margin_again = separated(fastest.timing, rival.timing)
             if again:
