@@ -61,10 +61,11 @@ def test_import_arbiter_prevents_the_blas_then_openmp_stall():
     """The default OpenMP policy (active) stalls every parallel call on shared cores; arbiter's does not."""
     ours = _probe()
     assert (ours["layer"], ours["policy"]) == ("omp", "passive")
-    # A 64x1000 row sum takes ~0.1 ms; the stall this prevents costs 8-12 ms a call.
-    assert ours["after_blas_us"] < 2000, ours
     spinning = _probe(OMP_WAIT_POLICY="active")
     assert spinning["policy"] == "active"  # the user's own choice is kept
+    # A 64x1000 row sum takes ~0.1 ms; the stall this prevents costs 8-30 ms a call (more under load,
+    # which slows the passive pool too: hence the comparison with the spinning one, measured alongside).
+    assert ours["after_blas_us"] < max(2000, spinning["after_blas_us"] / 5), (ours, spinning)
     print(f"\nafter a BLAS call: {ours['after_blas_us']:.0f} us (passive) vs {spinning['after_blas_us']:.0f} us "
           f"(active); alone {ours['alone_us']:.0f} vs {spinning['alone_us']:.0f} us")
 
