@@ -4,7 +4,11 @@ Register candidates, verify each against a float64 oracle (the F4 gate), pick a
 winner per problem key by tier or measured time per shape bucket, and dispatch
 to it with ``run_arbitrated(op, region)``.
 """
-from arbiter import regions
+from arbiter import cpu_threads
+
+cpu_threads.configure()  # before numba or an OpenMP runtime starts: see arbiter/cpu_threads.py
+
+from arbiter import regions  # noqa: E402
 from arbiter.candidates import Candidate, Contract, Fallback, Tier, candidate, register, unregister
 from arbiter.dispatch import arbitrate, configure, flush, run_arbitrated, stats
 from arbiter.errors import ArbiterError, NoCandidateError, RegionError, RegistryError, StrictMissError

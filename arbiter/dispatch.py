@@ -13,10 +13,20 @@ applies the miss policy:
 
 The policy comes from the ``policy=`` argument, else ``configure(policy=...)``,
 else the ``ARBITER_POLICY`` environment variable, else ``tier``.
+
+Two switches, read on each miss (never on the hot path):
+
+* ``ARBITER_DISABLE=1``: the arbiter is off. Every key serves its tier default (the first candidate in
+  tier order that passes the gate, verdicts kept in memory), whatever the policy; the registry is
+  neither read nor written, counters included (like ``PYTORCH_TUNABLEOP_ENABLED=0``).
+* ``ARBITER_VERBOSE=1``: each decision is printed once to stderr, when its key is decided: the winner,
+  how it was chosen, its margin, and the solutions that failed the gate (like
+  ``TRITON_PRINT_AUTOTUNING``).
 """
 from __future__ import annotations
 
 import os
+import sys
 import threading
 
 from arbiter import env as envmod
@@ -59,6 +69,7 @@ class _State:
         self.policy: str | None = None
         self.store = None
         self.verified = 0  # verdicts computed in this process (0 on a warm registry)
+        self.scratch = None  # verdicts while ARBITER_DISABLE is set: a MemoryStore, never the registry
 
 
 _state = _State()
@@ -169,16 +180,50 @@ def _stored(region, st, env):
     return (cand, record), None
 
 
+def _switch(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _announce(route, how: str, decision=None) -> None:
+    """ARBITER_VERBOSE: one line per decision (and one per solution that failed the gate)."""
+    lines = [f"arbiter: {route.key.id} -> {route.label} ({how})"]
+    for row in decision.rows if decision is not None else ():
+        if row.status == "failed":
+            lines.append(f"arbiter:   failed the gate: {row.label}: {row.reason}")
+    print("\n".join(lines), file=sys.stderr, flush=True)
+
+
+def _serve_disabled(region):
+    """ARBITER_DISABLE: the tier default, gated with verdicts in memory; the registry is never opened."""
+    from arbiter.store import MemoryStore
+
+    with _state.lock:
+        if _state.scratch is None:
+            _state.scratch = MemoryStore()
+    decision = select.decide(region, _state.scratch, gate_all=False)
+    route = _install(region.key, decision.winner.candidate, decision.winner.params, "disabled", decision.env,
+                     "misses")
+    if _switch("ARBITER_VERBOSE"):
+        _announce(route, "ARBITER_DISABLE: tier default, registry not used", decision)
+    return route
+
+
 def _miss(region, policy):
     policy = policy or default_policy()
     if policy not in POLICIES:
         raise ValueError(f"policy: {policy!r} is not one of {', '.join(POLICIES)}")
+    if _switch("ARBITER_DISABLE"):
+        return _serve_disabled(region)
     st = store()
     env = envmod.environment(region.target)
     found, why_not = _stored(region, st, env)
     if found is not None:
         cand, record = found
-        return _install(region.key, cand, record.params, record.policy, env, "loads")  # nothing decided
+        route = _install(region.key, cand, record.params, record.policy, env, "loads")  # nothing decided
+        if _switch("ARBITER_VERBOSE"):
+            margin = "" if record.margin is None else f", margin {record.margin * 100:+.1f}%"
+            _announce(route, f"stored, {record.policy}{margin}" + (f": {record.note}" if record.note else ""))
+        return route
     if policy == "strict":
         raise StrictMissError(region.key, why_not)
     if why_not is not None:
@@ -198,8 +243,13 @@ def _miss(region, policy):
     _state.verified += decision.verified_now
     winner = decision.winner
     # A stored solution that could not be served makes this a fallback, not a plain miss.
-    return _install(region.key, winner.candidate, winner.params, decision.policy, env,
-                    "fallbacks" if why_not else "misses")
+    route = _install(region.key, winner.candidate, winner.params, decision.policy, env,
+                     "fallbacks" if why_not else "misses")
+    if _switch("ARBITER_VERBOSE"):
+        margin = "" if decision.margin is None else f", margin {decision.margin * 100:+.1f}%"
+        _announce(route, f"decided now, {decision.policy}{margin}" + (f": {decision.note}" if decision.note else "")
+                  + (f"; {why_not}" if why_not else ""), decision)
+    return route
 
 
 def decide_and_store(region, st, *, force=None, prefer=None, gate_all=False, replace=True):
@@ -264,6 +314,8 @@ def flush() -> None:
         taken, deltas = [], []
         with _state.lock:
             for r in _state.routes.values():
+                if r.policy == "disabled":  # ARBITER_DISABLE: the registry is not written
+                    continue
                 now = r.counts()
                 d = tuple(a - b for a, b in zip(now, r.flushed))
                 if any(d):

@@ -14,6 +14,7 @@ Measurements (both modes on GPUs), the verdicts and the solution are persisted, 
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
 
 from arbiter import select
@@ -24,6 +25,11 @@ from arbiter.timing import Measurement, measure
 from arbiter.verify import Verdict
 
 SEPARATION = 2.0  # a margin must exceed twice the relative spread to count
+# A winner more than RETIME_RATIO x faster than its rival is more often a stalled rival (threads of
+# another library still spinning, a neighbour's burst on a shared core) than a win: both are timed
+# again, each after SETTLE_S of sleep (longer than OpenBLAS's idle spin), unscreened, before it counts.
+RETIME_RATIO = 10.0
+SETTLE_S = 0.25
 
 
 def _record(row, m, dims) -> MeasurementRecord:
@@ -69,6 +75,7 @@ def tune_region(region, store, *, mode: str = "device", budget_s: float | None =
     at the same time (``arbiter.parallel`` passes one for CPU workers).
     """
     runner = runner or InProcess()
+    runner = runner or InProcess()
     # One commit for the key: its verdicts, measurements and solution, or nothing. Committed apart, a process
     # killed between them left measurements without a solution, a key later runs skip as "tuned already"
     # and `doctor` calls healthy (issue 20 item 5).
@@ -86,10 +93,12 @@ def tune_region(region, store, *, mode: str = "device", budget_s: float | None =
             order = [decision.winner] + [r for r in decision.rows if r.status == "passed" and r is not decision.winner]
             with timing_lock or contextlib.nullcontext():
                 records = _time_rows(order, region, store, decision.env, runner, mode, cap, modes, progress)
-            try:
-                decision = _decide_by_time(decision, order, records, region, store)
-            except NoCandidateError as exc:  # every solution crashed while timed: keep their failed verdicts
-                nothing_passed = exc
+                retime = functools.partial(_retime, region=region, runner=runner, mode=mode, cap=cap,
+                                           records=records)
+                try:
+                    decision = _decide_by_time(decision, order, records, region, store, retime)
+                except NoCandidateError as exc:  # every solution crashed while timed: keep their failed verdicts
+                    nothing_passed = exc
     if nothing_passed is not None:
         raise nothing_passed
     return decision
@@ -155,24 +164,67 @@ def _alone(rows) -> str:
     return "no other solution to time: " + (", ".join(why) if why else "it is the only one registered")
 
 
-def _decide_by_time(decision, order, records, region, store):
-    """Apply the separation rule to the timed rows; persist measurements and the solution."""
-    passed = [r for r in decision.rows if r.status == "passed"]
-    if not passed:
-        raise NoCandidateError(region.key, decision.rows)
-    default = next((r for r in order if r.status == "passed"))  # the tier default (or the next one standing)
+def _retime(rows, *, region, runner, mode, cap, records, settle=True) -> None:
+    """Time ``rows`` again in this order, without screening (each after a settle step when ``settle``);
+    replace their records."""
+    for row in rows:
+        if settle:
+            time.sleep(SETTLE_S)
+        m = _measure(runner, row, region, mode=mode, time_cap_s=cap)
+        if not isinstance(m, Measurement):
+            continue  # it ran before; a crash now keeps the first timing (the gate verdict stands)
+        row.timing = m
+        pid = params_id(row.params)
+        modes = (mode, "latency") if region.target == "cpu" else (mode,)
+        records[:] = [r for r in records if not (r.candidate == row.candidate.name and params_id(r.params) == pid
+                                                 and r.mode in modes)]
+        records.extend(_record(row, Measurement(**{**m.__dict__, "mode": each}), region.dims) for each in modes)
 
+
+def _rank(passed, default):
+    """(fastest, its rival): the runner-up when the fastest is the tier default, else the tier default."""
     # Screened solutions keep their short estimate: it is over 1.5x (or 1.15x) the best, so it ranks last.
     timed = sorted(passed, key=lambda r: (r.timing.screened, r.timing.median_s))
     for rank, row in enumerate(timed, 1):
         row.rank = rank
     fastest = timed[0]
-    rival = (timed[1] if len(timed) > 1 else None) if fastest is default else default
+    return fastest, (timed[1] if len(timed) > 1 else None) if fastest is default else default
+
+
+def _decide_by_time(decision, order, records, region, store, retime=None):
+    """Apply the separation rule to the timed rows (re-timing a margin over RETIME_RATIO first);
+    persist measurements and the solution."""
+    passed = [r for r in decision.rows if r.status == "passed" and r.timing is not None]
+    if not passed:
+        from arbiter.errors import NoCandidateError
+
+        raise NoCandidateError(region.key, decision.rows)
+    default = next(r for r in order if any(r is p for p in passed))  # the tier default (or the next standing)
+    fastest, rival = _rank(passed, default)
+    retimed = ""
+    if rival is not None and retime is not None and rival.timing.median_s > RETIME_RATIO * fastest.timing.median_s:
+        before = rival.timing.median_s / fastest.timing.median_s - 1.0
+        retime([fastest, rival])
+        fastest, rival = _rank(passed, default)
+        retimed = f"re-timed a margin of {before * 100:+.0f}%"
     if rival is None:
         ok, margin, note = False, None, _alone(decision.rows)
     else:
         ok, margin = separated(fastest.timing, rival.timing)
+        if ok and retime is not None:
+            # Confirm a separated margin by timing the two again in the other order (the rival first): load
+            # that drifts during a run favours whichever was timed in the quieter moment, and only a margin
+            # that survives both orders is stable from one run to the next.
+            retime([rival, fastest], settle=False)
+            _rank(passed, default)
+            again, margin_again = separated(fastest.timing, rival.timing)
+            if again:
+                margin = min(margin, margin_again)
+            else:
+                ok, margin = False, margin_again
+                retimed = "; ".join(filter(None, [retimed, "a win not confirmed when timed again"]))
         note = _versus(fastest, rival, margin, ok)
+    note = "; ".join(filter(None, [note, retimed]))
     # Only a separated winner is "measured"; a lone solution or a tie leaves the tier default in charge.
     chosen, policy = (fastest, "measured") if ok else (default, "tier")
     decision.winner, decision.policy, decision.note, decision.margin = chosen, policy, note, margin

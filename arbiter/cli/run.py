@@ -1,53 +1,148 @@
 """``arbiter run``: the main job."""
 from __future__ import annotations
 
+import os
+import shlex
 import time
 
 import typer
 from rich.table import Table
 
 import arbiter
-from arbiter import dispatch
+from arbiter import dispatch, select
 from arbiter import env as envmod
 from arbiter.candidates import params_id
 from arbiter.cli import app, console as make_console, friendly, lit
 from arbiter.cli.output import Steps, show
+from arbiter.errors import NoCandidateError
 from arbiter.store import VerdictKey
 from arbiter.suite import suite as get_suite
+from arbiter.tune import tune_region
+
+RUN_HELP = """Arbitrate a built-in suite and dispatch it through run_arbitrated.
+
+For each key without a stored solution (policy tune, the default): gate every candidate against the
+float64 oracle, time every solution that passed, and store the winner. Then dispatch each problem
+--calls times and print per key the winner, how it was chosen (measured, or the tier default when no
+margin beat the noise), its margin over the runner-up, and how many solutions failed the gate. A second
+run serves every key from the registry, computes no verdict and no timing, and says so.
+
+--policy strict computes nothing: it lists every key the registry lacks and the command that fills
+them, and exits 2. --policy tier gates candidates in tier order and keeps the first that passes
+(no timing).
+"""
 
 
-@app.command()
+def _fill_command(suite: str, target: str) -> str:
+    words = ["arbiter"]
+    if os.environ.get("ARBITER_DB"):
+        words += ["--db", os.environ["ARBITER_DB"]]
+    words += ["tune", "--suite", suite] + ([] if target == "cpu" else ["--target", target])
+    return shlex.join(words)
+
+
+def _gate_counts(region, st, env) -> tuple[int, int]:
+    """(solutions that failed the gate, solutions gated) for the key, from the stored verdicts only."""
+    failed = gated = 0
+    for row in select.screen(region, all_params=True):
+        if row.status != "pending":
+            continue  # excluded (unavailable, does not apply): never gated
+        verdict = st.load_verdict(VerdictKey(row.candidate.identity(), params_id(row.params), region.key.id,
+                                             env.fingerprint))
+        if verdict is not None:
+            gated += 1
+            failed += not verdict.passed
+    return failed, gated
+
+
+def _margin(record, st, key_id, env) -> tuple[str, str]:
+    """(margin of the winner over the fastest other solution, that solution) from the stored timings."""
+    timings = [m for m in st.load_measurements(key_id, env.fingerprint) if m.mode == "device"]
+    mine = [m for m in timings if m.candidate == record.candidate and params_id(m.params) == params_id(record.params)]
+    others = sorted((m for m in timings if m not in mine), key=lambda m: m.median_s)
+    if not mine or not others:
+        return "", ""
+    runner_up = others[0]
+    label = runner_up.candidate + ("" if not runner_up.params else params_id(runner_up.params))
+    return f"{runner_up.median_s / mine[0].median_s * 100 - 100:+.0f}%", label
+
+
+def _how(record, decided_now: bool) -> str:
+    """How the winner was chosen: measured (fastest beyond the noise), or the tier default and why."""
+    if record.policy in ("measured", "forced"):
+        how = record.policy
+    else:
+        note = (record.note or "").split(":")[0]
+        how = f"tier default: {note}" if note else "tier default: first to pass the gate (untimed)"
+    return how + ("" if decided_now else " (stored)")
+
+
+@app.command(help=RUN_HELP)
 @friendly
 def run(
     suite: str = typer.Option("quick", help="Built-in suite of problems to arbitrate."),
     target: str = typer.Option("cpu", help="Target to run on: cpu, nvidia or rocm."),
     calls: int = typer.Option(3, min=1, help="Dispatches per problem."),
-    policy: str = typer.Option(None, help="Miss policy: tier, tune, record or strict "
-                                          "(default: $ARBITER_POLICY, else tier)."),
+    policy: str = typer.Option(None, help="For keys the registry lacks: tune (gate every candidate and time "
+                                          "the solutions), tier, record or strict (default: $ARBITER_POLICY, "
+                                          "else tune)."),
 ):
-    """Dispatch a built-in suite through run_arbitrated: gate every candidate, choose per key, print decisions and counters."""
     console = make_console()
+    policy = policy or os.environ.get("ARBITER_POLICY") or "tune"
+    if policy not in dispatch.POLICIES:
+        raise typer.BadParameter(f"{policy!r} is not one of {', '.join(dispatch.POLICIES)}", param_hint="--policy")
     problems = get_suite(suite)
     st = dispatch.store()
+    env = envmod.environment(target)
     start = time.perf_counter()
-    table = Table(title=f"decisions: suite {suite!r} on {target}", title_justify="left")
-    for col in ("problem", "bucket", "winner", "tier", "policy", "rel error", "hits", "loads", "misses", "fallb."):
+    regions = [problem.region(target, seed=i) for i, problem in enumerate(problems)]
+    missing = [(p, r) for p, r in zip(problems, regions) if st.load_solution(r.key.id, env.fingerprint) is None]
+    if policy == "strict" and missing:
+        console.print(lit(f"policy strict: {len(missing)} of {len(problems)} key(s) of suite {suite!r} have no "
+                          f"solution stored for this environment:", "red"), highlight=False)
+        for problem, region in missing:
+            console.print(lit(f"  {problem.label}  [{region.key.id}]"), highlight=False)
+        console.print(lit(f"fill them (gate and time every candidate; keys already tuned are skipped):\n"
+                          f"  {_fill_command(suite, target)}"), highlight=False)
+        raise typer.Exit(2)
+
+    verdicts, timed, decided = 0, 0, set()
+    table = Table(title=lit(f"decisions: suite {suite!r} on {target}, policy {policy}"), title_justify="left")
+    for col in ("problem", "winner", "how chosen", "margin", "runner-up", "gate failed", "hits", "loads", "misses"):
         table.add_column(col, overflow="fold")
     steps = Steps()  # a log gets a line per key (nothing is shown until the table otherwise)
-    for i, problem in enumerate(problems):
-        region = problem.region(target, seed=i)
+    for i, (problem, region) in enumerate(zip(problems, regions), 1):
+        if policy == "tune" and any(r is region for _, r in missing):
+            steps.say(f"key {i}/{len(problems)} {problem.label}: gating and timing")
+            try:
+                decision = tune_region(region, st)
+            except NoCandidateError as exc:
+                console.print(lit(str(exc), "red"))
+                continue
+            verdicts += decision.verified_now
+            timed += sum(r.timing is not None for r in decision.rows)
+            decided.add(region.key.id)
         for _ in range(calls):
-            arbiter.run_arbitrated(problem.op, region, policy=policy)
+            arbiter.run_arbitrated(problem.op, region, policy="tier" if policy == "tune" else policy)
         route = dispatch._table[region.key.id]
-        steps.say(f"key {i + 1}/{len(problems)} {problem.label}: {route.label} ({route.policy})")
-        env = envmod.environment(region.target)
-        verdict = st.load_verdict(VerdictKey(route.candidate.identity(), params_id(route.params), region.key.id,
-                                             env.fingerprint))
-        table.add_row(lit(problem.label), region.key.shape_text, lit(route.label), route.candidate.tier.name, route.policy,
-                      f"{verdict.rel_error:.1e}" if verdict else "", str(route.hits), str(route.loads), str(route.misses),
-                      str(route.fallbacks))
+        record = st.load_solution(region.key.id, env.fingerprint)
+        failed, gated = _gate_counts(region, st, env)
+        margin, runner_up = _margin(record, st, region.key.id, env) if record else ("", "")
+        now = region.key.id in decided or any(r is region for _, r in missing)
+        steps.say(f"key {i}/{len(problems)} {problem.label}: {route.label} ({route.policy})")
+        table.add_row(lit(problem.label), lit(route.label), lit(_how(record, now)) if record else "",
+                      margin, lit(runner_up), f"{failed} of {gated}", str(route.hits), str(route.loads),
+                      str(route.misses))
     show(console, table)
     arbiter.flush()
-    console.print(lit(f"{len(problems)} problems x {calls} calls in {time.perf_counter() - start:.2f} s; "
-                  f"{dispatch.verified_count()} verdicts computed in this process "
-                  f"(0 when the registry is warm); registry: {st!r}"))
+    verdicts += dispatch.verified_count()
+    seconds = time.perf_counter() - start
+    if not missing:
+        console.print(lit(f"all {len(problems)} keys served from the registry: {verdicts} verdicts and {timed} "
+                          f"timings computed ({len(problems)} x {calls} calls in {seconds:.2f} s); "
+                          f"registry: {st!r}"), highlight=False)
+    else:
+        console.print(lit(f"{len(missing)} of {len(problems)} keys decided now: {verdicts} verdicts and {timed} "
+                          f"timings computed, {len(problems) - len(missing)} served from the registry; "
+                          f"{len(problems)} x {calls} calls in {seconds:.2f} s; registry: {st!r}"),
+                      highlight=False)

@@ -7,18 +7,28 @@ import numpy as np
 
 from arbiter.oracles import array_module, host64
 
-try:  # SciPy's erf is vectorised; math.erf per element is the exact fallback
-    from scipy.special import erf as _ERF
-except ImportError:
-    _ERF = np.vectorize(math.erf, otypes=[np.float64])
+_host_erf = None
 
 
-def _erf(z):
-    if array_module(z) is not np:  # a device reference (oracles.on_device)
-        from cupyx.scipy.special import erf
+def erf(z):
+    """Elementwise erf. A device reference (``oracles.on_device``) uses CuPy's; on the host SciPy's (vectorised)
+    when installed, else ``math.erf`` per element (exact, slower). SciPy is imported on first use, not with
+    arbiter: it is an optional extra and costs 0.2 s to import."""
+    global _host_erf
+    if array_module(z) is not np:
+        from cupyx.scipy.special import erf as device_erf
 
-        return erf(z)
-    return _ERF(z)
+        return device_erf(z)
+    if _host_erf is None:
+        try:
+            from scipy.special import erf as found
+        except ImportError:
+            _math_erf = np.frompyfunc(math.erf, 1, 1)
+
+            def found(x):
+                return _math_erf(x).astype(np.result_type(x, np.float32))
+        _host_erf = found
+    return _host_erf(z)
 
 
 def activation(name: str, z: np.ndarray) -> np.ndarray:
@@ -27,7 +37,7 @@ def activation(name: str, z: np.ndarray) -> np.ndarray:
     if name == "relu":
         return np.maximum(z, 0.0)
     if name == "gelu":  # exact: x * Phi(x)
-        return 0.5 * z * (1.0 + _erf(z / math.sqrt(2.0)))
+        return 0.5 * z * (1.0 + erf(z / math.sqrt(2.0)))
     if name == "gelu_tanh":
         return 0.5 * z * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (z + 0.044715 * z**3)))
     if name == "silu":

@@ -109,11 +109,14 @@ class CpuTarget(Target):
         env.update(blas_info())
         try:
             import numba
+        except ImportError:
+            env["numba"] = "absent"
+        else:
+            from arbiter import cpu_threads
 
             env["numba"] = numba.__version__
             env["numba_threads"] = str(numba.config.NUMBA_NUM_THREADS)
-        except ImportError:
-            env["numba"] = "absent"
+            env.update(cpu_threads.fields())  # threading layer and wait policy: they decide CPU timings
         return env
 
 

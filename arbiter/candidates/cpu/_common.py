@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 import numpy as np
-from scipy.special import erf
 
+from arbiter.oracles.matmul import erf
 from arbiter.targets.cpu import blas_info
 
 SQRT_2_OVER_PI = float(np.sqrt(2.0 / np.pi))

@@ -14,10 +14,31 @@ import time
 from typing import ClassVar
 
 import numpy as np
-from numba import types
-from numba.extending import intrinsic, overload
 
 from arbiter.candidates import Candidate, Tier
+
+try:
+    import numba
+except ModuleNotFoundError as exc:  # numba is the optional ``cpu-jit`` extra
+    if exc.name != "numba":
+        raise
+    numba = None
+
+# Why the numba candidates cannot run here (their ``available()``), or None when they can.
+NUMBA_MISSING = None if numba is not None else "needs numba: pip install 'kernel-arbiter[cpu-jit]'"
+
+if numba is not None:
+    from numba import njit, prange, types
+    from numba.extending import intrinsic, overload
+else:
+    # Without numba the kernels below stay plain Python functions (``prange`` is ``range``): they are
+    # never run, because every numba candidate answers ``available()`` with NUMBA_MISSING.
+    prange = range
+
+    def njit(*args, **kwargs):
+        if len(args) == 1 and callable(args[0]) and not kwargs:
+            return args[0]
+        return lambda fn: fn
 
 DTYPES = ("float32", "float64")
 
@@ -107,6 +128,9 @@ class NumbaKernelCandidate(Candidate):
     def __init__(self):
         self.compile_log = CompileLog(self.kernel)
 
+    def available(self):
+        return NUMBA_MISSING or True
+
     @property
     def last_compile_s(self) -> float:
         return self.compile_log.last_s
@@ -129,63 +153,64 @@ def fast_exp(x):
     return math.exp(x)
 
 
-@intrinsic
-def _bits_as_float(typingctx, bits):
-    ret = {types.int32: types.float32, types.int64: types.float64}.get(bits)
-    if ret is None:
+if numba is not None:  # the vectorisable exp exists only where numba compiles it
+    @intrinsic
+    def _bits_as_float(typingctx, bits):
+        ret = {types.int32: types.float32, types.int64: types.float64}.get(bits)
+        if ret is None:
+            return None
+
+        def codegen(context, builder, signature, args):
+            return builder.bitcast(args[0], context.get_value_type(signature.return_type))
+
+        return ret(bits), codegen
+
+
+    _F32 = {k: np.float32(v) for k, v in dict(log2e=1.4426950408889634, ln2_hi=0.693359375, ln2_lo=-2.12194440e-4,
+                                               lo=-87.3, hi=88.3).items()}
+    _F64 = dict(log2e=1.4426950408889634, ln2_hi=6.93147180369123816490e-01, ln2_lo=1.90821492927058770002e-10,
+                lo=-708.0, hi=709.0)
+    _INV_FACT = [1.0 / math.factorial(i) for i in range(13)]
+
+
+    @overload(fast_exp, inline="always", jit_options={"fastmath": {"contract"}})
+    def _fast_exp_impl(x):
+        if x == types.float32:
+            log2e, hi_, lo_, clamp_lo, clamp_hi = (_F32[k] for k in ("log2e", "ln2_hi", "ln2_lo", "lo", "hi"))
+            c = [np.float32(v) for v in _INV_FACT[:7]]
+            c0, c1, c2, c3, c4, c5, c6 = c
+            half = np.float32(0.5)
+
+            def exp32(x):
+                x = min(max(x, clamp_lo), clamp_hi)
+                n = np.floor(x * log2e + half)
+                r = x - n * hi_ - n * lo_
+                p = ((((((c6 * r + c5) * r + c4) * r + c3) * r + c2) * r + c1) * r + c0)
+                return p * _bits_as_float(np.int32((np.int64(n) + 127) << 23))
+
+            return exp32
+        if x == types.float64:
+            log2e, hi_, lo_, clamp_lo, clamp_hi = (_F64[k] for k in ("log2e", "ln2_hi", "ln2_lo", "lo", "hi"))
+            c0, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11, c12 = _INV_FACT
+
+            def exp64(x):
+                x = min(max(x, clamp_lo), clamp_hi)
+                n = np.floor(x * log2e + 0.5)
+                r = x - n * hi_ - n * lo_
+                p = c12
+                p = p * r + c11
+                p = p * r + c10
+                p = p * r + c9
+                p = p * r + c8
+                p = p * r + c7
+                p = p * r + c6
+                p = p * r + c5
+                p = p * r + c4
+                p = p * r + c3
+                p = p * r + c2
+                p = p * r + c1
+                p = p * r + c0
+                return p * _bits_as_float((np.int64(n) + 1023) << 52)
+
+            return exp64
         return None
-
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], context.get_value_type(signature.return_type))
-
-    return ret(bits), codegen
-
-
-_F32 = {k: np.float32(v) for k, v in dict(log2e=1.4426950408889634, ln2_hi=0.693359375, ln2_lo=-2.12194440e-4,
-                                           lo=-87.3, hi=88.3).items()}
-_F64 = dict(log2e=1.4426950408889634, ln2_hi=6.93147180369123816490e-01, ln2_lo=1.90821492927058770002e-10,
-            lo=-708.0, hi=709.0)
-_INV_FACT = [1.0 / math.factorial(i) for i in range(13)]
-
-
-@overload(fast_exp, inline="always", jit_options={"fastmath": {"contract"}})
-def _fast_exp_impl(x):
-    if x == types.float32:
-        log2e, hi_, lo_, clamp_lo, clamp_hi = (_F32[k] for k in ("log2e", "ln2_hi", "ln2_lo", "lo", "hi"))
-        c = [np.float32(v) for v in _INV_FACT[:7]]
-        c0, c1, c2, c3, c4, c5, c6 = c
-        half = np.float32(0.5)
-
-        def exp32(x):
-            x = min(max(x, clamp_lo), clamp_hi)
-            n = np.floor(x * log2e + half)
-            r = x - n * hi_ - n * lo_
-            p = ((((((c6 * r + c5) * r + c4) * r + c3) * r + c2) * r + c1) * r + c0)
-            return p * _bits_as_float(np.int32((np.int64(n) + 127) << 23))
-
-        return exp32
-    if x == types.float64:
-        log2e, hi_, lo_, clamp_lo, clamp_hi = (_F64[k] for k in ("log2e", "ln2_hi", "ln2_lo", "lo", "hi"))
-        c0, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11, c12 = _INV_FACT
-
-        def exp64(x):
-            x = min(max(x, clamp_lo), clamp_hi)
-            n = np.floor(x * log2e + 0.5)
-            r = x - n * hi_ - n * lo_
-            p = c12
-            p = p * r + c11
-            p = p * r + c10
-            p = p * r + c9
-            p = p * r + c8
-            p = p * r + c7
-            p = p * r + c6
-            p = p * r + c5
-            p = p * r + c4
-            p = p * r + c3
-            p = p * r + c2
-            p = p * r + c1
-            p = p * r + c0
-            return p * _bits_as_float((np.int64(n) + 1023) << 52)
-
-        return exp64
-    return None

@@ -14,11 +14,10 @@ the scratch in registers and L1.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
 
 from arbiter.candidates import register
-from arbiter.candidates.cpu._numba import (FASTMATH, NumbaKernelCandidate, dtype_reason, fast_exp, first_reason,
-                                         layout_reason)
+from arbiter.candidates.cpu._numba import (njit, prange, FASTMATH, NumbaKernelCandidate, dtype_reason, fast_exp,
+                                           first_reason, layout_reason)
 
 
 @njit(parallel=True, cache=True, fastmath=FASTMATH)

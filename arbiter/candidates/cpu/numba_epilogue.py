@@ -22,7 +22,7 @@ import numpy as np
 
 from arbiter import synth
 from arbiter.candidates import Candidate, Tier, register
-from arbiter.candidates.cpu._numba import contiguous_reason, dtype_reason
+from arbiter.candidates.cpu._numba import NUMBA_MISSING, contiguous_reason, dtype_reason
 from arbiter.synth import cpu as synth_cpu
 
 
@@ -36,6 +36,9 @@ class NumbaEpilogue(Candidate):
         # (key attrs, dtype, parallel) -> generated kernel: the hot path is one dict lookup.
         self._kernels: dict = {}
         self.last_compile_s = 0.0
+
+    def available(self):
+        return NUMBA_MISSING or True
 
     def applies_to(self, region):
         ok = dtype_reason(region)

@@ -15,10 +15,9 @@ from __future__ import annotations
 import functools
 
 import numpy as np
-from numba import njit, prange
 
 from arbiter.candidates import register
-from arbiter.candidates.cpu._numba import NumbaKernelCandidate
+from arbiter.candidates.cpu._numba import njit, prange, NumbaKernelCandidate
 
 _COMPLEX = {"float32": np.complex64, "float64": np.complex128, "complex64": np.complex64,
             "complex128": np.complex128}

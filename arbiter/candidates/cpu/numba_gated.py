@@ -16,11 +16,10 @@ milliseconds per block on a shared 2-core machine (measured with ``parallel=True
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
 from arbiter.candidates import register
 from arbiter.candidates.cpu._common import blas_identity
-from arbiter.candidates.cpu._numba import FASTMATH, NumbaKernelCandidate, dtype_reason, fast_exp
+from arbiter.candidates.cpu._numba import (njit, FASTMATH, NumbaKernelCandidate, dtype_reason, fast_exp)
 
 
 @njit(cache=True, fastmath=FASTMATH)

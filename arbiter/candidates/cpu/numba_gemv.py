@@ -11,11 +11,10 @@ two compiled kernels per dtype serve every block.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
 
 from arbiter.candidates import Candidate, Tier, register
-from arbiter.candidates.cpu._numba import (FASTMATH, CompileLog, code_of, dtype_reason, first_reason, layout_reason,
-                                         product_only_reason)
+from arbiter.candidates.cpu._numba import (NUMBA_MISSING, njit, prange, FASTMATH, CompileLog, code_of, dtype_reason,
+                                           first_reason, layout_reason, product_only_reason)
 
 
 @njit(parallel=True, cache=True, fastmath=FASTMATH)
@@ -55,6 +54,9 @@ class NumbaGemv(Candidate):
     def __init__(self):
         self.compile_logs = {"row": CompileLog(gemv_row), "col": CompileLog(gemv_col)}
         self.last_compile_s = 0.0
+
+    def available(self):
+        return NUMBA_MISSING or True
 
     def applies_to(self, region):
         m, n = region.dims["m"], region.dims["n"]

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import math
 
-from numba import njit, prange
 
 from arbiter.candidates import register
-from arbiter.candidates.cpu._numba import FASTMATH, NumbaKernelCandidate, dtype_reason, first_reason, layout_reason
+from arbiter.candidates.cpu._numba import (njit, prange, FASTMATH, NumbaKernelCandidate, dtype_reason, first_reason,
+                                           layout_reason)
 
 
 @njit(parallel=True, cache=True, fastmath=FASTMATH)

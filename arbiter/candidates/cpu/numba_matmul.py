@@ -13,11 +13,10 @@ It computes ``a @ b`` only: a region with an epilogue is the synthesized tier's.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
 
 from arbiter.candidates import register
-from arbiter.candidates.cpu._numba import (FASTMATH, NumbaKernelCandidate, dtype_reason, first_reason,
-                                         layout_reason, product_only_reason)
+from arbiter.candidates.cpu._numba import (njit, prange, FASTMATH, NumbaKernelCandidate, dtype_reason, first_reason,
+                                           layout_reason, product_only_reason)
 
 
 @njit(parallel=True, cache=True, fastmath=FASTMATH)

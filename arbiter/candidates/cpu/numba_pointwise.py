@@ -9,7 +9,7 @@ from __future__ import annotations
 import inspect
 
 from arbiter.candidates import Candidate, Tier, register
-from arbiter.candidates.cpu._numba import dtype_reason
+from arbiter.candidates.cpu._numba import NUMBA_MISSING, dtype_reason
 from arbiter.synth import pointwise
 
 
@@ -18,6 +18,9 @@ class SynthPointwise(Candidate):
     target = "cpu"
     op = "pointwise"
     tier = Tier.SYNTHESIZED
+
+    def available(self):
+        return NUMBA_MISSING or True
 
     def applies_to(self, region):
         ok = dtype_reason(region)

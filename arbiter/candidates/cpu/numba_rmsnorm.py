@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import math
 
-from numba import njit, prange
 
 from arbiter.candidates import register
-from arbiter.candidates.cpu._numba import (FASTMATH, NumbaKernelCandidate, contiguous_reason, dtype_reason,
-                                         first_reason, layout_reason)
+from arbiter.candidates.cpu._numba import (njit, prange, FASTMATH, NumbaKernelCandidate, contiguous_reason,
+                                           dtype_reason, first_reason, layout_reason)
 
 
 @njit(parallel=True, cache=True, fastmath=FASTMATH)

@@ -12,11 +12,10 @@ chunk. It is a runtime argument: one compiled kernel per dtype serves every chun
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
 
 from arbiter.candidates import register
-from arbiter.candidates.cpu._numba import (FASTMATH, NumbaKernelCandidate, dtype_reason, fast_exp, first_reason,
-                                         layout_reason)
+from arbiter.candidates.cpu._numba import (njit, prange, FASTMATH, NumbaKernelCandidate, dtype_reason, fast_exp,
+                                           first_reason, layout_reason)
 
 
 @njit(parallel=True, cache=True, fastmath=FASTMATH)

@@ -2,14 +2,22 @@
 
 c2c uses ``fft``/``ifft``, r2c ``rfft``, c2r ``irfft`` with the region's ``n``; scipy.fft keeps
 single precision single (numpy.fft before 2.0 did not), so complex64 work is not done in complex128.
+SciPy is the optional ``cpu-fft`` extra: without it this candidate is listed as unavailable and
+``numpy_fft`` serves every length.
 """
 from __future__ import annotations
 
 import numpy as np
-import scipy
-import scipy.fft as sfft
 
 from arbiter.candidates import Candidate, Tier, register
+
+try:
+    import scipy
+    import scipy.fft as sfft
+except ModuleNotFoundError as exc:
+    if exc.name != "scipy":
+        raise
+    scipy = sfft = None
 
 
 class ScipyFFT(Candidate):
@@ -17,6 +25,9 @@ class ScipyFFT(Candidate):
     target = "cpu"
     op = "fft"
     tier = Tier.HAND_TUNED
+
+    def available(self):
+        return True if scipy is not None else "needs scipy: pip install 'kernel-arbiter[cpu-fft]'"
 
     def run(self, region, params):
         out = region.alloc_out()
@@ -31,7 +42,7 @@ class ScipyFFT(Candidate):
         return out
 
     def source(self):
-        return super().source() + f"scipy {scipy.__version__}"
+        return super().source() + f"scipy {scipy.__version__ if scipy is not None else 'absent'}"
 
 
 register(ScipyFFT())
