@@ -114,11 +114,37 @@ def run_arbitrated(op: str, region, *, policy: str | None = None):
         route = _miss(region, policy)
     else:
         route.hits += 1
-    result = route.run(region, route.params)
+    result = route.run(region, route.params) if region.torch_in is None else \
+        _run_for_torch(route.candidate, route.params, region)
     if type(result) is Fallback:  # the winner declined this instance: count it, serve its stand-in
         route.fallbacks += 1
         result = result.result
-    return result if region.back is None else region.back(result)
+    return result if region.back is None else region.for_caller(result)
+
+
+def serve(candidate, params, region):
+    """Exactly what ``run_arbitrated`` executes for ``region`` once its solution is known (output
+    allocation, stream choice, the wrapper, the conversion back to the caller's array type): the
+    timing engine times this, so what is measured is what a caller runs."""
+    result = candidate.run(region, params) if region.torch_in is None else _run_for_torch(candidate, params, region)
+    if type(result) is Fallback:
+        result = result.result
+    return result if region.back is None else region.for_caller(result)
+
+
+def _run_for_torch(candidate, params, region):
+    """A torch caller's call: torch candidates run as they are (on torch's current stream, on the
+    caller's tensors); any other kernel runs on torch's current stream too, so it stays in order with
+    the caller's torch work."""
+    if getattr(candidate, "torch_native", False):
+        return candidate.run(region, params)
+    from arbiter.targets.nvidia import torch_stream
+
+    stream = torch_stream()
+    if stream is None:
+        return candidate.run(region, params)
+    with stream:
+        return candidate.run(region, params)
 
 
 # --- misses -----------------------------------------------------------------

@@ -45,11 +45,16 @@ class Region:
     # The operand dtypes this op accepts (fft widens it to complex).
     dtypes: ClassVar[tuple[str, ...]] = DTYPES
 
-    __slots__ = ("target", "dtype", "key", "out", "back", "dims", "attrs", "layout")
+    # torch_in: the caller's torch CUDA tensors by argument name (None when the caller passed none), so
+    # torch candidates run on them directly and outputs come from torch's caching allocator;
+    # torch_out: (native view, torch tensor) of the output allocated last for such a caller.
+    __slots__ = ("target", "dtype", "key", "out", "back", "dims", "attrs", "layout", "torch_in", "torch_out")
 
     # -- construction helpers -------------------------------------------------
     def _adopt(self, argument: str, array, target: str | None = None):
         """Validate one operand: an array of a supported dtype on the region's target."""
+        if target is None:  # the first operand: nothing adopted yet
+            self.torch_in = self.torch_out = None
         if not hasattr(array, "shape") or not hasattr(array, "dtype"):
             raise RegionError(argument, f"expected an array, got {type(array).__name__}")
         found = targets.adopt(array)
@@ -60,6 +65,10 @@ class Region:
         if target is not None and name != target:
             raise RegionError(argument, f"lives on target {name!r}, but the first operand is on {target!r}; "
                                         "move all operands to one device")
+        if back is not None and name == "nvidia":  # a torch CUDA tensor: keep it for torch-native candidates
+            if self.torch_in is None:
+                self.torch_in = {}
+            self.torch_in[argument] = array
         dtype = dtype_name(native.dtype)
         if dtype not in self.dtypes:
             raise RegionError(argument, f"dtype {dtype} is not supported; use one of {', '.join(self.dtypes)}")
@@ -142,10 +151,43 @@ class Region:
         return self.dtype
 
     def alloc_out(self):
-        """The output buffer: ``out`` when the caller (or the gate) gave one, else a new C-contiguous array."""
+        """The output buffer: ``out`` when the caller (or the gate) gave one, else a new C-contiguous array.
+
+        A new output is plain ``empty`` (CuPy's memory pool; torch's caching allocator when the caller
+        passed torch tensors): no fill pass in production. Poisoning is the gate's business
+        (``poisoned_out``), never a dispatched call's.
+        """
         if self.out is not None:
             return self.out
-        return _empty_like_target(self.target, self.output_shape(), self.dtype)
+        return self._new_out(self.output_shape(), self.out_dtype)
+
+    def _new_out(self, shape, dtype: str):
+        if self.torch_in is not None:
+            from arbiter.targets.nvidia import torch_empty
+
+            native, tensor = torch_empty(shape, dtype, next(iter(self.torch_in.values())))
+            self.torch_out = (native, tensor)
+            return native
+        return _empty_like_target(self.target, shape, dtype)
+
+    def poisoned_out(self):
+        """A new output filled with NaN, for the F4 gate: every element must be written by the candidate."""
+        return targets.get(self.target).full(self.output_shape(), np.nan, self.out_dtype)
+
+    def for_caller(self, result):
+        """``result`` as the caller's array type: a torch tensor for torch callers (the tensor allocated
+        for the output when ``result`` is its view, so no DLPack conversion), else as it is."""
+        if self.back is None:
+            return result
+        if self.torch_in is not None:
+            if result is self.out and "out" in self.torch_in:
+                return self.torch_in["out"]
+            pair = self.torch_out
+            if pair is not None and pair[0] is result:
+                return pair[1]
+            if type(result).__module__.startswith("torch"):  # a torch candidate's own output
+                return result
+        return self.back(result)
 
     def shape_text(self) -> str:
         return "x".join(str(v) for v in self.dims.values())
@@ -155,8 +197,9 @@ class Region:
 
 
 def _empty_like_target(target: str, shape, dtype: str):
-    t = targets.get(target)
-    return t.full(shape, np.nan, dtype) if target != "cpu" else np.empty(shape, dtype=_np(dtype))
+    if target == "cpu":
+        return np.empty(shape, dtype=_np(dtype))
+    return targets.get(target).empty(shape, dtype)
 
 
 def _np(dtype: str):
@@ -577,11 +620,6 @@ class FFT(Region):
         if self.kind == "c2c":
             return tuple(self.x.shape)
         return tuple(self.x.shape[:-1]) + ((self.n,) if self.inverse else (self.n // 2 + 1,))
-
-    def alloc_out(self):
-        if self.out is not None:
-            return self.out
-        return _empty_like_target(self.target, self.output_shape(), self._out_dtype)
 
     @classmethod
     def random(cls, target: str, dtype: str, dims: dict, attrs: dict | None = None, layout: str = "R",

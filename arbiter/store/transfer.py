@@ -95,7 +95,7 @@ class MeasurementModel(_Keyed):
     env: str
     candidate: str = Field(max_length=128)
     params: str = Field(max_length=4096)
-    mode: Literal["device", "latency"]
+    mode: Literal["device", "latency", "stream"]
     reps: int = Field(ge=0, le=2**31 - 1)  # an INTEGER column on every dialect
     median_s: float | None
     p20_s: float | None

@@ -125,6 +125,9 @@ class NvidiaTarget(Target):
     def full(self, shape, value, dtype):
         return self._require().full(shape, value, dtype=self.np_dtype(dtype))
 
+    def empty(self, shape, dtype):
+        return self._require().empty(shape, dtype=self.np_dtype(dtype))
+
     def synchronize(self):
         self._require().cuda.get_current_stream().synchronize()
 
@@ -157,6 +160,38 @@ class NvidiaTarget(Target):
         except ImportError:
             env["torch"] = "absent"
         return env
+
+
+TORCH_DTYPES = {"float16": "float16", "bfloat16": "bfloat16", "float32": "float32", "float64": "float64",
+                "complex64": "complex64", "complex128": "complex128"}
+
+
+def torch_empty(shape, dtype: str, like):
+    """(CuPy view, torch tensor) of a new output from torch's caching allocator, on ``like``'s device:
+    the output of a dispatched call whose caller passed torch tensors."""
+    import torch
+
+    tensor = torch.empty(tuple(shape), dtype=getattr(torch, TORCH_DTYPES[dtype]), device=like.device)
+    return cupy_module().from_dlpack(tensor), tensor
+
+
+_external_streams: dict = {}
+
+
+def torch_stream():
+    """A CuPy stream wrapping torch's current stream when it is not CuPy's current one, else None.
+
+    A CuPy kernel dispatched for a torch caller must run in order with the caller's torch work."""
+    import torch
+
+    cp = cupy_module()
+    ptr = torch.cuda.current_stream().cuda_stream
+    if ptr == cp.cuda.get_current_stream().ptr:
+        return None
+    stream = _external_streams.get(ptr)
+    if stream is None:
+        stream = _external_streams[ptr] = cp.cuda.ExternalStream(ptr)
+    return stream
 
 
 def _version(code: int) -> str:

@@ -21,12 +21,26 @@ def test_unavailable_without_cupy_gives_the_reason(monkeypatch):
 def test_every_nvidia_candidate_reports_availability_or_a_reason():
     ok = targets.get("nvidia").available()
     cands = [c for op in ("matmul", "softmax", "rmsnorm") for c in REGISTRY.candidates("nvidia", op)]
-    assert {c.tier.name for c in cands} == {"HAND_TUNED", "EMITTED", "SYNTHESIZED"}
+    assert {c.tier.name for c in cands} == {"HAND_TUNED", "EMITTED", "SYNTHESIZED", "COMPOSED"}
     for cand in cands:
         got = cand.available()
         assert got is True or (isinstance(got, str) and got), cand
         if ok is not True:
             assert got == ok, cand  # without the target, every candidate says why
+
+
+def test_composed_cupy_chains_rank_below_every_other_tier():
+    """A chain of generic CuPy passes is a composed reference, never the default while a kernel passes."""
+    for op in ("softmax", "rmsnorm", "layernorm", "attention", "pointwise"):
+        cands = REGISTRY.candidates("nvidia", op)
+        composed = REGISTRY.get(f"cupy_{op}", "nvidia", op)
+        assert composed.tier.name == "COMPOSED", op
+        assert cands[-1] is composed, (op, cands)  # tier order puts it last
+        assert any(c.tier.name in ("EMITTED", "SYNTHESIZED") for c in cands), op  # a kernel sits above it
+    # Vendor library kernels stay HAND_TUNED: cuBLAS (cupy_matmul), cuFFT (cupy_fft), torch's fused ops.
+    assert REGISTRY.get("cupy_matmul", "nvidia", "matmul").tier.name == "HAND_TUNED"
+    assert REGISTRY.get("cupy_fft", "nvidia", "fft").tier.name == "HAND_TUNED"
+    assert REGISTRY.get("torch_softmax", "nvidia", "softmax").tier.name == "HAND_TUNED"
 
 
 def test_owns_only_device_arrays():
