@@ -6,7 +6,7 @@ to it with ``run_arbitrated(op, region)``.
 """
 from arbiter import regions
 from arbiter.candidates import Candidate, Contract, Fallback, Tier, candidate, register, unregister
-from arbiter.dispatch import arbitrate, configure, flush, run_arbitrated, stats
+from arbiter.dispatch import arbitrate, bind, configure, flush, run_arbitrated, stats
 from arbiter.errors import ArbiterError, NoCandidateError, RegionError, RegistryError, StrictMissError
 from arbiter.ops import register_op
 
@@ -14,6 +14,6 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ArbiterError", "Candidate", "Contract", "Fallback", "NoCandidateError", "RegionError", "RegistryError",
-    "StrictMissError", "Tier", "arbitrate", "candidate", "configure", "flush", "regions", "register",
+    "StrictMissError", "Tier", "arbitrate", "bind", "candidate", "configure", "flush", "regions", "register",
     "register_op", "run_arbitrated", "stats", "unregister",
 ]

@@ -147,6 +147,100 @@ def _run_for_torch(candidate, params, region):
         return candidate.run(region, params)
 
 
+# --- bound handles (hot loops) -----------------------------------------------
+class Bound:
+    """A region's problem fixed once: calling it with operands of the same shape, dtype, strides and
+    device skips region validation (one signature check per operand) and dispatches as
+    ``run_arbitrated`` does. Operands that differ are refused with a RegionError naming the argument."""
+
+    __slots__ = ("op", "template", "names", "sigs", "policy", "slots")
+
+    def __init__(self, op, template, names, operands, policy):
+        self.op, self.template, self.names, self.policy = op, template, names, policy
+        self.slots = tuple(s for cls in type(template).__mro__ for s in getattr(cls, "__slots__", ())
+                           if hasattr(template, s))
+        self.sigs = tuple(_signature(a) for a in operands)
+
+    def __call__(self, *operands):
+        names, sigs = self.names, self.sigs
+        if len(operands) != len(names):
+            raise RegionError("operands", f"expected {len(names)} ({', '.join(names)}), got {len(operands)}")
+        template = self.template
+        region = object.__new__(type(template))
+        for slot in self.slots:
+            setattr(region, slot, getattr(template, slot))
+        if region.torch_in is not None:
+            region.torch_in = dict(region.torch_in)  # this call's tensors, not the template's
+        for name, array, sig in zip(names, operands, sigs):
+            got = _signature(array)
+            if got != sig:
+                raise RegionError(name, _differs(got, sig))
+            if got[0] == "torch":  # its native view (and, for a torch caller, the tensor itself) for this call
+                setattr(region, name, region._adopt(name, array, region.target)[1])
+            else:
+                setattr(region, name, array)
+        region.torch_out = None
+        route = _table.get(region.key.id)
+        if route is None:
+            route = _miss(region, self.policy)
+        else:
+            route.hits += 1
+        result = route.run(region, route.params) if region.torch_in is None else \
+            _run_for_torch(route.candidate, route.params, region)
+        if type(result) is Fallback:
+            route.fallbacks += 1
+            result = result.result
+        return result if region.back is None else region.for_caller(result)
+
+
+def _signature(array) -> tuple:
+    """(kind, shape, dtype, strides in bytes, device) of an operand: what a bound handle must see again."""
+    module = type(array).__module__
+    if module.startswith("torch"):
+        return ("torch", tuple(array.shape), str(array.dtype),
+                tuple(s * array.element_size() for s in array.stride()), str(array.device))
+    if not hasattr(array, "strides"):
+        return ("other", type(array).__name__)
+    device = getattr(array, "device", None)
+    return (module.split(".", 1)[0], array.shape, array.dtype, array.strides,
+            getattr(device, "id", device) if device is not None else None)
+
+
+def _differs(got, want) -> str:
+    fields = ("array type", "shape", "dtype", "strides (bytes)", "device")
+    for field, g, w in zip(fields, got, want):
+        if g != w:
+            return f"{field} {g} differs from the bound operand's {w}; bind again for a new problem"
+    return f"{got} differs from the bound operand's {want}; bind again for a new problem"
+
+
+def bind(op: str, *operands, policy: str | None = None, **attrs) -> Bound:
+    """A handle for hot loops: ``f = bind("rmsnorm", x, w, eps=1e-6)``, then ``f(x2, w2)``.
+
+    The region is validated once, here; each call then only checks that every operand has the bound
+    shape, dtype, strides and device (a RegionError naming the argument otherwise) and dispatches like
+    ``run_arbitrated`` (same route, counters and policy). Array keyword operands (``bias=``,
+    ``residual=``) are bound too and passed positionally after the others, in the constructor's order.
+    Pointwise chains (operands inside ``ops``) and ``out=`` are not bindable.
+    """
+    import inspect
+
+    from arbiter.ops import op_kind
+
+    kind = op_kind(op)
+    if op == "pointwise":
+        raise RegionError("op", "pointwise chains carry operands inside ops; call run_arbitrated with a "
+                                "Pointwise region instead of bind")
+    if "out" in attrs:
+        raise RegionError("out", "a bound handle allocates each output; call run_arbitrated for out=")
+    region = kind.region_type(*operands, **attrs)
+    params = [p.name for p in inspect.signature(kind.region_type.__init__).parameters.values()][1:]
+    keywords = tuple(n for n in params[len(operands):]
+                     if n in attrs and attrs[n] is not None and hasattr(attrs[n], "shape"))
+    return Bound(op, region, tuple(params[:len(operands)]) + keywords,
+                 tuple(operands) + tuple(attrs[n] for n in keywords), policy)
+
+
 # --- misses -----------------------------------------------------------------
 def _install(decision_key, candidate, params, policy, env, counter: str | None) -> Route:
     ident = (decision_key.id, candidate.name, params_id(params))

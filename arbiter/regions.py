@@ -45,16 +45,14 @@ class Region:
     # The operand dtypes this op accepts (fft widens it to complex).
     dtypes: ClassVar[tuple[str, ...]] = DTYPES
 
-    # torch_in: the caller's torch CUDA tensors by argument name (None when the caller passed none), so
-    # torch candidates run on them directly and outputs come from torch's caching allocator;
+    # torch_in: a torch caller's CUDA tensors by argument name (None unless the first operand is a torch
+    # CUDA tensor), so torch candidates run on them directly and outputs come from torch's caching allocator;
     # torch_out: (native view, torch tensor) of the output allocated last for such a caller.
     __slots__ = ("target", "dtype", "key", "out", "back", "dims", "attrs", "layout", "torch_in", "torch_out")
 
     # -- construction helpers -------------------------------------------------
     def _adopt(self, argument: str, array, target: str | None = None):
         """Validate one operand: an array of a supported dtype on the region's target."""
-        if target is None:  # the first operand: nothing adopted yet
-            self.torch_in = self.torch_out = None
         if not hasattr(array, "shape") or not hasattr(array, "dtype"):
             raise RegionError(argument, f"expected an array, got {type(array).__name__}")
         found = targets.adopt(array)
@@ -65,9 +63,10 @@ class Region:
         if target is not None and name != target:
             raise RegionError(argument, f"lives on target {name!r}, but the first operand is on {target!r}; "
                                         "move all operands to one device")
-        if back is not None and name == "nvidia":  # a torch CUDA tensor: keep it for torch-native candidates
-            if self.torch_in is None:
-                self.torch_in = {}
+        if target is None:  # the first operand decides the caller's framework (and ``back``)
+            self.torch_out = None
+            self.torch_in = {argument: array} if back is not None and name == "nvidia" else None
+        elif self.torch_in is not None and back is not None:  # a torch caller's tensor: kept for torch candidates
             self.torch_in[argument] = array
         dtype = dtype_name(native.dtype)
         if dtype not in self.dtypes:

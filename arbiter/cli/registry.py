@@ -14,6 +14,7 @@ from contextlib import contextmanager
 import typer
 from rich.table import Table
 
+from arbiter.candidates import Tier
 from arbiter.cli import app, console
 from arbiter.errors import RegistryError
 
@@ -222,7 +223,7 @@ def list_cmd(
             continue
         rows.append({"target": cand.target, "op": cand.op, "name": cand.name, "tier": cand.tier.name,
                      "priority": cand.priority, "available": ok, "reason": why})
-    rows.sort(key=lambda r: (r["target"], r["op"], -["SYNTHESIZED", "EMITTED", "HAND_TUNED"].index(r["tier"]),
+    rows.sort(key=lambda r: (r["target"], r["op"], -Tier[r["tier"]],
                              -r["priority"], r["name"]))
     targets_out = {k: {"available": v[0], "reason": v[1]} for k, v in target_state.items()}
     if as_json:

@@ -71,7 +71,7 @@ class CandidateModel(_Model):
     name: str = Field(max_length=128)
     target: str = Field(max_length=32)
     op: str = Field(max_length=64)
-    tier: Literal["SYNTHESIZED", "EMITTED", "HAND_TUNED", ""]
+    tier: Literal["COMPOSED", "SYNTHESIZED", "EMITTED", "HAND_TUNED", ""]
     contract: str | None = Field(default=None, max_length=4096)
 
 
