@@ -175,7 +175,7 @@ class Bound:
             got = _signature(array)
             if got != sig:
                 raise RegionError(name, _differs(got, sig))
-            if got[0] == "torch":  # its native view (and, for a torch caller, the tensor itself) for this call
+            if got[0].__module__.startswith("torch"):  # its native view (and, for a torch caller, the tensor itself) for this call
                 setattr(region, name, region._adopt(name, array, region.target)[1])
             else:
                 setattr(region, name, array)
@@ -194,24 +194,27 @@ class Bound:
 
 
 def _signature(array) -> tuple:
-    """(kind, shape, dtype, strides in bytes, device) of an operand: what a bound handle must see again."""
-    module = type(array).__module__
-    if module.startswith("torch"):
-        return ("torch", tuple(array.shape), str(array.dtype),
-                tuple(s * array.element_size() for s in array.stride()), str(array.device))
-    if not hasattr(array, "strides"):
-        return ("other", type(array).__name__)
-    device = getattr(array, "device", None)
-    return (module.split(".", 1)[0], array.shape, array.dtype, array.strides,
-            getattr(device, "id", device) if device is not None else None)
+    """(array type, shape, dtype, strides, device) of an operand: what a bound handle must see again.
+
+    Cheap on purpose (a bound call checks every operand): CuPy's device is its pointer's device id,
+    torch's strides are in elements."""
+    kind = type(array)
+    if kind.__module__.startswith("torch"):
+        return (kind, array.shape, array.dtype, array.stride(), array.device)
+    if kind.__module__.startswith("cupy"):
+        return (kind, array.shape, array.dtype, array.strides, array.data.device_id)
+    return (kind, getattr(array, "shape", None), getattr(array, "dtype", None), getattr(array, "strides", None),
+            None)
 
 
 def _differs(got, want) -> str:
-    fields = ("array type", "shape", "dtype", "strides (bytes)", "device")
+    fields = ("array type", "shape", "dtype", "strides", "device")
     for field, g, w in zip(fields, got, want):
         if g != w:
+            if field == "array type":
+                g, w = f"{g.__module__}.{g.__name__}", f"{w.__module__}.{w.__name__}"
             return f"{field} {g} differs from the bound operand's {w}; bind again for a new problem"
-    return f"{got} differs from the bound operand's {want}; bind again for a new problem"
+    return "differs from the bound operand; bind again for a new problem"
 
 
 def bind(op: str, *operands, policy: str | None = None, **attrs) -> Bound:

@@ -43,9 +43,10 @@ EPS = 1e-6
 def configs(quick: bool) -> list[tuple[int, int, str]]:
     if quick:
         return [(128, 512, "float16"), (128, 512, "float32")]
-    # Small to large, every dtype at each size, so a run cut by the budget still covers all dtypes.
+    # Every size in fp16 (small to large) first, then bf16, then fp32: a run cut by the budget still
+    # spans the sizes (host-bound to GEMM-bound), which is where the paths differ.
     grid = [(s, d, t) for s in SEQS for d in DIMS for t in DTYPES]
-    return sorted(grid, key=lambda c: (c[0] * c[1] * c[1], DTYPES.index(c[2])))
+    return sorted(grid, key=lambda c: (DTYPES.index(c[2]), c[0] * c[1] * c[1], c[1]))
 
 
 def weights(d: int, dtype: str, seed: int):
@@ -106,7 +107,7 @@ def torch_block(x, w):
 def rel_error(y, ref) -> float:
     import torch
 
-    y = torch.as_tensor(y, device="cuda").double() if not isinstance(y, torch.Tensor) else y.double()
+    y = (y if isinstance(y, torch.Tensor) else torch.from_dlpack(y)).double()
     return float(torch.linalg.norm(y - ref) / torch.linalg.norm(ref))
 
 
@@ -202,7 +203,18 @@ def main() -> int:
     ap.add_argument("--budget-seconds", type=float, default=480.0, help="stop starting configurations after this")
     ap.add_argument("--compile-budget", type=float, default=240.0,
                     help="stop compiling torch.compile peers after this many seconds of compilation")
+    ap.add_argument("--table-from", help="print the table of an earlier run's model_block.jsonl, run nothing")
     args = ap.parse_args()
+    if args.table_from:
+        with open(args.table_from) as f:
+            lines = [json.loads(line) for line in f if line.strip()]
+        results = [r for r in lines if "paths" in r]
+        done = {(r["seq"], r["d"], r["dtype"]) for r in results}
+        missing = [f"{s}x{d} {t}" for s, d, t in configs(False) if (s, d, t) not in done]
+        print(f"{lines[0].get('date')} on {lines[0].get('env', {}).get('device')}\n")
+        print(table(results) + "\n\n" + summary(results)
+              + ("\n\nnot run: " + ", ".join(missing) if missing else ""))
+        return 0
     from arbiter import targets
 
     ok = targets.get("nvidia").available()

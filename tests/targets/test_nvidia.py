@@ -95,3 +95,19 @@ def test_torch_cuda_tensors_are_adopted_zero_copy_and_results_come_back_as_torch
     assert isinstance(result, torch.Tensor) and result.is_cuda
     torch.testing.assert_close(result, a @ b, rtol=1e-4, atol=1e-4)
     assert targets.adopt(torch.zeros(2))[0] == "cpu"  # host tensors stay on the cpu target
+
+
+@pytest.mark.gpu
+@requires_gpu
+def test_torch_views_keep_strides_offsets_and_dtypes():
+    """The pointer-built CuPy view of a torch tensor (no DLPack) sees exactly the tensor's elements."""
+    torch = pytest.importorskip("torch")
+    import cupy as cp
+
+    for dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+        base = torch.randn(7, 10, device="cuda").to(dtype)
+        for t in (base, base[1:, ::2].T, base[3:5], base[:, 3:4].expand(7, 5), base[2:2]):
+            _, view, _ = targets.adopt(t)
+            assert tuple(view.shape) == tuple(t.shape)
+            got = cp.asnumpy(view.astype(cp.float64))
+            np.testing.assert_array_equal(got, t.double().cpu().numpy())
