@@ -134,17 +134,21 @@ def serve(candidate, params, region):
 
 def _run_for_torch(candidate, params, region):
     """A torch caller's call: torch candidates run as they are (on torch's current stream, on the
-    caller's tensors); any other kernel runs on torch's current stream too, so it stays in order with
-    the caller's torch work."""
+    caller's tensors); any other kernel gets CuPy views of the tensors and runs on torch's current
+    stream too, so it stays in order with the caller's torch work."""
     if getattr(candidate, "torch_native", False):
         return candidate.run(region, params)
     from arbiter.targets.nvidia import torch_stream
 
+    views = region.cupy_views()
     stream = torch_stream()
     if stream is None:
-        return candidate.run(region, params)
-    with stream:
-        return candidate.run(region, params)
+        result = candidate.run(views, params)
+    else:
+        with stream:
+            result = candidate.run(views, params)
+    region.torch_out = views.torch_out  # the torch tensor behind a new output, handed to the caller
+    return result
 
 
 # --- bound handles (hot loops) -----------------------------------------------

@@ -30,8 +30,10 @@ _KEYS_MAX = 65536
 def dtype_name(dtype) -> str:
     name = _dtype_names.get(dtype)
     if name is None:
-        name = _dtype_names[dtype] = str(dtype)
+        name = str(dtype)
+        name = _dtype_names[dtype] = name[6:] if name.startswith("torch.") else name  # torch.float16 -> float16
     return name
+
 ACTIVATIONS = ("none", "relu", "gelu", "gelu_tanh", "silu")
 
 
@@ -63,11 +65,21 @@ class Region:
         if target is not None and name != target:
             raise RegionError(argument, f"lives on target {name!r}, but the first operand is on {target!r}; "
                                         "move all operands to one device")
-        if target is None:  # the first operand decides the caller's framework (and ``back``)
+        # A torch caller (the first operand decides the framework, and ``back``) keeps its tensors as the
+        # region's operands: torch candidates run on them as they are, and CuPy views are made only
+        # when a CuPy kernel runs (``cupy_views``). A torch tensor among a CuPy caller's arrays is
+        # viewed now.
+        torch_cuda = native is array and back is not None and name == "nvidia"
+        if target is None:
             self.torch_out = None
-            self.torch_in = {argument: array} if back is not None and name == "nvidia" else None
-        elif self.torch_in is not None and back is not None:  # a torch caller's tensor: kept for torch candidates
-            self.torch_in[argument] = array
+            self.torch_in = {argument: array} if torch_cuda else None
+        elif torch_cuda:
+            if self.torch_in is not None:
+                self.torch_in[argument] = array
+            else:
+                from arbiter.targets.nvidia import cupy_view
+
+                native = cupy_view(array)
         dtype = dtype_name(native.dtype)
         if dtype not in self.dtypes:
             raise RegionError(argument, f"dtype {dtype} is not supported; use one of {', '.join(self.dtypes)}")
@@ -86,7 +98,7 @@ class Region:
         self._same_dtype("out", native)
         if tuple(native.shape) != tuple(shape):
             raise RegionError("out", f"shape {tuple(native.shape)} should be {tuple(shape)}")
-        if not native.flags.c_contiguous:
+        if layout_class(native) != "R":
             raise RegionError("out", "must be C-contiguous")
         self.out = native
 
@@ -168,6 +180,22 @@ class Region:
             self.torch_out = (native, tensor)
             return native
         return _empty_like_target(self.target, shape, dtype)
+
+    def cupy_views(self) -> "Region":
+        """A torch caller's region with CuPy views in place of its tensors (what a CuPy kernel needs).
+
+        Views are built from the tensors' pointers (no DLPack), only when a non-torch kernel runs."""
+        from arbiter.targets.nvidia import cupy_view
+
+        clone = self.with_out(self.out)
+        views = {name: cupy_view(t) for name, t in self.torch_in.items()}
+        for name, view in views.items():
+            if name.startswith("ops["):
+                continue
+            object.__setattr__(clone, "out" if name == "out" else name, view)
+        if any(name.startswith("ops[") for name in views):  # Pointwise: operands inside the chain
+            clone.ops = tuple((step, views.get(f"ops[{i}]", operand)) for i, (step, operand) in enumerate(self.ops))
+        return clone
 
     def poisoned_out(self):
         """A new output filled with NaN, for the F4 gate: every element must be written by the candidate."""
@@ -600,7 +628,7 @@ class FFT(Region):
             raise RegionError("out", f"dtype {native.dtype} should be {self._out_dtype} for {self._kind_text()}")
         if tuple(native.shape) != tuple(shape):
             raise RegionError("out", f"shape {tuple(native.shape)} should be {tuple(shape)}")
-        if not native.flags.c_contiguous:
+        if layout_class(native) != "R":
             raise RegionError("out", "must be C-contiguous")
         self.out = native
 
@@ -748,7 +776,7 @@ class Pointwise(Region):
         self.ops = tuple(steps)
         self.chain = self.chain_of(self.ops)
         self._check_out(out, self.x.shape)
-        self._finish(layout, {"size": int(self.x.size)}, (("chain", self.chain),))
+        self._finish(layout, {"size": math.prod(self.x.shape)}, (("chain", self.chain),))
 
     @staticmethod
     def chain_of(steps) -> str:

@@ -93,13 +93,15 @@ class NvidiaTarget(Target):
         return False
 
     def adopt(self, array):
-        """CuPy arrays as they are; torch CUDA tensors as zero-copy CuPy views, results back as torch."""
+        """CuPy arrays as they are, no conversion back. Torch CUDA tensors also as they are, with
+        ``torch.from_dlpack`` to bring a CuPy result back: a region keeps a torch caller's tensors and
+        views them (``cupy_view``) only for a CuPy kernel."""
         if type(array).__module__.startswith("cupy"):
             return array, None
         self._require()
         import torch
 
-        return cupy_view(array), torch.from_dlpack
+        return array, torch.from_dlpack
 
     def bfloat16(self):
         """The bfloat16 dtype CuPy takes, or None when this CuPy has no bfloat16 (CuPy < 14)."""

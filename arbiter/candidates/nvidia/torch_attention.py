@@ -17,7 +17,7 @@ class TorchAttention(TorchCandidate):
     def run(self, region, params):
         import torch.nn.functional as F
 
-        if region.q.size == 0:
+        if 0 in region.output_shape():
             return region.alloc_out()
         y = F.scaled_dot_product_attention(tensor(region, "q"), tensor(region, "k"), tensor(region, "v"),
                                            is_causal=region.causal, scale=region.scale)
