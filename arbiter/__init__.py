@@ -10,7 +10,7 @@ cpu_threads.configure()  # before numba or an OpenMP runtime starts: see arbiter
 
 from arbiter import regions  # noqa: E402
 from arbiter.candidates import Candidate, Contract, Fallback, Tier, candidate, register, unregister
-from arbiter.dispatch import arbitrate, configure, flush, run_arbitrated, stats
+from arbiter.dispatch import arbitrate, bind, configure, flush, run_arbitrated, stats
 from arbiter.errors import ArbiterError, NoCandidateError, RegionError, RegistryError, StrictMissError
 from arbiter.ops import register_op
 
@@ -20,6 +20,6 @@ __version__ = _project_version()  # from the installed metadata, never a literal
 
 __all__ = [
     "ArbiterError", "Candidate", "Contract", "Fallback", "NoCandidateError", "RegionError", "RegistryError",
-    "StrictMissError", "Tier", "arbitrate", "candidate", "configure", "flush", "regions", "register",
+    "StrictMissError", "Tier", "arbitrate", "bind", "candidate", "configure", "flush", "regions", "register",
     "register_op", "run_arbitrated", "stats", "unregister",
 ]

@@ -140,11 +140,138 @@ def run_arbitrated(op: str, region, *, policy: str | None = None):
         route = _miss(region, policy)
     else:
         route.hits += 1
-    result = route.run(region, route.params)
+    result = route.run(region, route.params) if region.torch_in is None else \
+        _run_for_torch(route.candidate, route.params, region)
     if type(result) is Fallback:  # the winner declined this instance: count it, serve its stand-in
         route.fallbacks += 1
         result = result.result
-    return result if region.back is None else region.back(result)
+    return result if region.back is None else region.for_caller(result)
+
+
+def serve(candidate, params, region):
+    """Exactly what ``run_arbitrated`` executes for ``region`` once its solution is known (output
+    allocation, stream choice, the wrapper, the conversion back to the caller's array type): the
+    timing engine times this, so what is measured is what a caller runs."""
+    result = candidate.run(region, params) if region.torch_in is None else _run_for_torch(candidate, params, region)
+    if type(result) is Fallback:
+        result = result.result
+    return result if region.back is None else region.for_caller(result)
+
+
+def _run_for_torch(candidate, params, region):
+    """A torch caller's call: torch candidates run as they are (on torch's current stream, on the
+    caller's tensors); any other kernel gets CuPy views of the tensors and runs on torch's current
+    stream too, so it stays in order with the caller's torch work."""
+    if getattr(candidate, "torch_native", False):
+        return candidate.run(region, params)
+    from arbiter.targets.nvidia import torch_stream
+
+    views = region.cupy_views()
+    stream = torch_stream()
+    if stream is None:
+        result = candidate.run(views, params)
+    else:
+        with stream:
+            result = candidate.run(views, params)
+    region.torch_out = views.torch_out  # the torch tensor behind a new output, handed to the caller
+    return result
+
+
+# --- bound handles (hot loops) -----------------------------------------------
+class Bound:
+    """A region's problem fixed once: calling it with operands of the same shape, dtype, strides and
+    device skips region validation (one signature check per operand) and dispatches as
+    ``run_arbitrated`` does. Operands that differ are refused with a RegionError naming the argument."""
+
+    __slots__ = ("op", "template", "names", "sigs", "policy", "slots")
+
+    def __init__(self, op, template, names, operands, policy):
+        self.op, self.template, self.names, self.policy = op, template, names, policy
+        self.slots = tuple(s for cls in type(template).__mro__ for s in getattr(cls, "__slots__", ())
+                           if hasattr(template, s))
+        self.sigs = tuple(_signature(a) for a in operands)
+
+    def __call__(self, *operands):
+        names, sigs = self.names, self.sigs
+        if len(operands) != len(names):
+            raise RegionError("operands", f"expected {len(names)} ({', '.join(names)}), got {len(operands)}")
+        template = self.template
+        region = object.__new__(type(template))
+        for slot in self.slots:
+            setattr(region, slot, getattr(template, slot))
+        if region.torch_in is not None:
+            region.torch_in = dict(region.torch_in)  # this call's tensors, not the template's
+        for name, array, sig in zip(names, operands, sigs):
+            got = _signature(array)
+            if got != sig:
+                raise RegionError(name, _differs(got, sig))
+            if got[0].__module__.startswith("torch"):  # its native view (and, for a torch caller, the tensor itself) for this call
+                setattr(region, name, region._adopt(name, array, region.target)[1])
+            else:
+                setattr(region, name, array)
+        region.torch_out = None
+        route = _table.get(region.key.id)
+        if route is None:
+            route = _miss(region, self.policy)
+        else:
+            route.hits += 1
+        result = route.run(region, route.params) if region.torch_in is None else \
+            _run_for_torch(route.candidate, route.params, region)
+        if type(result) is Fallback:
+            route.fallbacks += 1
+            result = result.result
+        return result if region.back is None else region.for_caller(result)
+
+
+def _signature(array) -> tuple:
+    """(array type, shape, dtype, strides, device) of an operand: what a bound handle must see again.
+
+    Cheap on purpose (a bound call checks every operand): CuPy's device is its pointer's device id,
+    torch's strides are in elements."""
+    kind = type(array)
+    if kind.__module__.startswith("torch"):
+        return (kind, array.shape, array.dtype, array.stride(), array.device)
+    if kind.__module__.startswith("cupy"):
+        return (kind, array.shape, array.dtype, array.strides, array.data.device_id)
+    return (kind, getattr(array, "shape", None), getattr(array, "dtype", None), getattr(array, "strides", None),
+            None)
+
+
+def _differs(got, want) -> str:
+    fields = ("array type", "shape", "dtype", "strides", "device")
+    for field, g, w in zip(fields, got, want):
+        if g != w:
+            if field == "array type":
+                g, w = f"{g.__module__}.{g.__name__}", f"{w.__module__}.{w.__name__}"
+            return f"{field} {g} differs from the bound operand's {w}; bind again for a new problem"
+    return "differs from the bound operand; bind again for a new problem"
+
+
+def bind(op: str, *operands, policy: str | None = None, **attrs) -> Bound:
+    """A handle for hot loops: ``f = bind("rmsnorm", x, w, eps=1e-6)``, then ``f(x2, w2)``.
+
+    The region is validated once, here; each call then only checks that every operand has the bound
+    shape, dtype, strides and device (a RegionError naming the argument otherwise) and dispatches like
+    ``run_arbitrated`` (same route, counters and policy). Array keyword operands (``bias=``,
+    ``residual=``) are bound too and passed positionally after the others, in the constructor's order.
+    Pointwise chains (operands inside ``ops``) and ``out=`` are not bindable.
+    """
+    import inspect
+
+    from arbiter.ops import op_kind
+
+    kind = op_kind(op)
+    if op == "pointwise":
+        raise RegionError("op", "pointwise chains carry operands inside ops; call run_arbitrated with a "
+                                "Pointwise region instead of bind")
+    if "out" in attrs:
+        raise RegionError("out", "a bound handle allocates each output; call run_arbitrated for out=")
+    region = kind.region_type(*operands, **attrs)
+    params = [p.name for p in inspect.signature(kind.region_type.__init__).parameters.values()][1:]
+    keywords = tuple(n for n in params[len(operands):]
+                     if n in attrs and attrs[n] is not None and hasattr(attrs[n], "shape"))
+    return Bound(op, region, tuple(params[:len(operands)]) + keywords,
+                 tuple(operands) + tuple(attrs[n] for n in keywords), policy)
 
 
 # --- misses -----------------------------------------------------------------

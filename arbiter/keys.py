@@ -116,7 +116,11 @@ def edge_shapes(bucket, policies) -> list[dict[str, int]]:
 
 def layout_class(array) -> str:
     """'R' C-contiguous, 'C' column-major (Fortran-contiguous 2-D), 'S' any other strides."""
-    flags = array.flags
+    flags = getattr(array, "flags", None)
+    if flags is None and hasattr(array, "is_contiguous"):  # a torch tensor: the same classes by its strides
+        if array.is_contiguous():
+            return "R"
+        return "C" if array.permute(*range(array.ndim - 1, -1, -1)).is_contiguous() else "S"
     if flags.c_contiguous:
         return "R"
     if flags.f_contiguous:

@@ -42,8 +42,10 @@ _consent = _Consent()
 def dtype_name(dtype) -> str:
     name = _dtype_names.get(dtype)
     if name is None:
-        name = _dtype_names[dtype] = str(dtype)
+        name = str(dtype)
+        name = _dtype_names[dtype] = name[6:] if name.startswith("torch.") else name  # torch.float16 -> float16
     return name
+
 ACTIVATIONS = ("none", "relu", "gelu", "gelu_tanh", "silu")
 
 
@@ -57,7 +59,10 @@ class Region:
     # The operand dtypes this op accepts (fft widens it to complex).
     dtypes: ClassVar[tuple[str, ...]] = DTYPES
 
-    __slots__ = ("target", "dtype", "key", "out", "back", "dims", "attrs", "layout")
+    # torch_in: a torch caller's CUDA tensors by argument name (None unless the first operand is a torch
+    # CUDA tensor), so torch candidates run on them directly and outputs come from torch's caching allocator;
+    # torch_out: (native view, torch tensor) of the output allocated last for such a caller.
+    __slots__ = ("target", "dtype", "key", "out", "back", "dims", "attrs", "layout", "torch_in", "torch_out")
 
     # -- construction helpers -------------------------------------------------
     def _adopt(self, argument: str, array, target: str | None = None):
@@ -79,6 +84,21 @@ class Region:
         if target is not None and name != target:
             raise RegionError(argument, f"lives on target {name!r}, but the first operand is on {target!r}; "
                                         "move all operands to one device")
+        # A torch caller (the first operand decides the framework, and ``back``) keeps its tensors as the
+        # region's operands: torch candidates run on them as they are, and CuPy views are made only
+        # when a CuPy kernel runs (``cupy_views``). A torch tensor among a CuPy caller's arrays is
+        # viewed now.
+        torch_cuda = native is array and back is not None and name == "nvidia"
+        if target is None:
+            self.torch_out = None
+            self.torch_in = {argument: array} if torch_cuda else None
+        elif torch_cuda:
+            if self.torch_in is not None:
+                self.torch_in[argument] = array
+            else:
+                from arbiter.targets.nvidia import cupy_view
+
+                native = cupy_view(array)
         dtype = dtype_name(native.dtype)
         if dtype not in self.dtypes:
             raise RegionError(argument, f"dtype {dtype} is not supported; use one of {', '.join(self.dtypes)}")
@@ -99,7 +119,7 @@ class Region:
         self._same_dtype("out", native)
         if tuple(native.shape) != tuple(shape):
             raise RegionError("out", f"shape {tuple(native.shape)} should be {tuple(shape)}")
-        if not native.flags.c_contiguous:
+        if layout_class(native) != "R":
             raise RegionError("out", "must be C-contiguous")
         if not getattr(native.flags, "writeable", True):  # CuPy arrays have no such flag: always writable
             raise RegionError("out", "is read-only (its writeable flag is off); pass a writable array")
@@ -179,10 +199,59 @@ class Region:
         return self.dtype
 
     def alloc_out(self):
-        """The output buffer: ``out`` when the caller (or the gate) gave one, else a new C-contiguous array."""
+        """The output buffer: ``out`` when the caller (or the gate) gave one, else a new C-contiguous array.
+
+        A new output is plain ``empty`` (CuPy's memory pool; torch's caching allocator when the caller
+        passed torch tensors): no fill pass in production. Poisoning is the gate's business
+        (``poisoned_out``), never a dispatched call's.
+        """
         if self.out is not None:
             return self.out
-        return _empty_like_target(self.target, self.output_shape(), self.dtype)
+        return self._new_out(self.output_shape(), self.out_dtype)
+
+    def _new_out(self, shape, dtype: str):
+        if self.torch_in is not None:
+            from arbiter.targets.nvidia import torch_empty
+
+            native, tensor = torch_empty(shape, dtype, next(iter(self.torch_in.values())))
+            self.torch_out = (native, tensor)
+            return native
+        return _empty_like_target(self.target, shape, dtype)
+
+    def cupy_views(self) -> "Region":
+        """A torch caller's region with CuPy views in place of its tensors (what a CuPy kernel needs).
+
+        Views are built from the tensors' pointers (no DLPack), only when a non-torch kernel runs."""
+        from arbiter.targets.nvidia import cupy_view
+
+        clone = self.with_out(self.out)
+        views = {name: cupy_view(t) for name, t in self.torch_in.items()}
+        for name, view in views.items():
+            if name.startswith("ops["):
+                continue
+            object.__setattr__(clone, "out" if name == "out" else name, view)
+        if any(name.startswith("ops[") for name in views):  # Pointwise: operands inside the chain
+            clone.ops = tuple((step, views.get(f"ops[{i}]", operand)) for i, (step, operand) in enumerate(self.ops))
+        return clone
+
+    def poisoned_out(self):
+        """A new output filled with NaN, for the F4 gate: every element must be written by the candidate."""
+        return targets.get(self.target).full(self.output_shape(), np.nan, self.out_dtype)
+
+    def for_caller(self, result):
+        """``result`` as the caller's array type: a torch tensor for torch callers (the tensor allocated
+        for the output when ``result`` is its view, so no DLPack conversion), else as it is."""
+        if self.back is None:
+            return result
+        if self.torch_in is not None:
+            if result is self.out and "out" in self.torch_in:
+                return self.torch_in["out"]
+            pair = self.torch_out
+            if pair is not None and pair[0] is result:
+                return pair[1]
+            if type(result).__module__.startswith("torch"):  # a torch candidate's own output
+                return result
+        return self.back(result)
 
     def shape_text(self) -> str:
         return "x".join(str(v) for v in self.dims.values())
@@ -210,8 +279,9 @@ def _check_broadcast_size(argument: str, array) -> None:
 
 
 def _empty_like_target(target: str, shape, dtype: str):
-    t = targets.get(target)
-    return t.full(shape, np.nan, dtype) if target != "cpu" else np.empty(shape, dtype=_np(dtype))
+    if target == "cpu":
+        return np.empty(shape, dtype=_np(dtype))
+    return targets.get(target).empty(shape, dtype)
 
 
 def _np(dtype: str):
@@ -674,7 +744,7 @@ class FFT(Region):
             raise RegionError("out", f"dtype {native.dtype} should be {self._out_dtype} for {self._kind_text()}")
         if tuple(native.shape) != tuple(shape):
             raise RegionError("out", f"shape {tuple(native.shape)} should be {tuple(shape)}")
-        if not native.flags.c_contiguous:
+        if layout_class(native) != "R":
             raise RegionError("out", "must be C-contiguous")
         if not getattr(native.flags, "writeable", True):  # CuPy arrays have no such flag: always writable
             raise RegionError("out", "is read-only (its writeable flag is off); pass a writable array")
@@ -695,11 +765,6 @@ class FFT(Region):
         if self.kind == "c2c":
             return tuple(self.x.shape)
         return tuple(self.x.shape[:-1]) + ((self.n,) if self.inverse else (self.n // 2 + 1,))
-
-    def alloc_out(self):
-        if self.out is not None:
-            return self.out
-        return _empty_like_target(self.target, self.output_shape(), self._out_dtype)
 
     @classmethod
     def random(cls, target: str, dtype: str, dims: dict, attrs: dict | None = None, layout: str = "R",
@@ -829,7 +894,7 @@ class Pointwise(Region):
         self.ops = tuple(steps)
         self.chain = self.chain_of(self.ops)
         self._check_out(out, self.x.shape)
-        self._finish(layout, {"size": int(self.x.size)}, (("chain", self.chain),))
+        self._finish(layout, {"size": math.prod(self.x.shape)}, (("chain", self.chain),))
 
     @staticmethod
     def chain_of(steps) -> str:

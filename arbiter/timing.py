@@ -4,22 +4,33 @@
 ``Measurement`` (mode, median, p20/p80, relative spread, repetitions, warm-up
 time, whether it was screened out early).
 
+What is timed is what ``run_arbitrated`` executes for a caller without ``out=``
+(``arbiter.dispatch.serve``): the candidate's wrapper, its output allocation
+(CuPy's pool, or torch's caching allocator for a torch caller), the stream
+choice and the conversion back to the caller's array type. Nothing is
+preallocated for it; the gate's NaN-poisoned outputs belong to the gate only.
+
 How (DESIGN.md contract 3):
 
 * warm-up: the first calls (compilation, handle creation, module load) run
   untimed until two consecutive calls agree within 2x, their time reported as
   ``warmup_s``;
 * inputs: when one input set fits in the cache, several fresh sets are rotated
-  so repetitions don't measure a warm cache; outputs are preallocated;
+  so repetitions don't measure a warm cache (a torch caller's region is timed
+  on its own tensors, the L2 flushed between repetitions);
 * GPUs: the L2 is flushed before every repetition, outside the timed region;
 * stop when the relative spread ``(p80 - p20) / median`` is under
   ``target_spread`` after ``min_reps``, or at ``time_cap_s`` or ``max_reps``;
 * screening: a candidate whose median is over 1.5x the best so far after 3
   repetitions, or 1.15x after 10, stops there (``screened=True``);
-* modes: ``device`` (CPU: ``perf_counter_ns`` around the call, the CPU being the
-  device; GPU: events on the stream around the call) and ``latency`` (host clock
-  around the call plus a synchronize: what a Python caller waits, launch
-  overhead included). On the CPU the two coincide.
+* modes (``MODES``), recorded side by side by ``arbiter tune`` on GPUs:
+  ``device``: events on the stream around one call (CPU: ``perf_counter_ns``,
+  the CPU being the device); ``latency``: host clock around one call plus a
+  synchronize, what a Python caller waits, launch overhead included; ``stream``:
+  ``STREAM_CALLS`` calls back to back between two events, per call, the regime
+  of a model running eagerly, where host work overlaps the previous kernel.
+  On the CPU the three coincide. Selection uses ``device`` unless told
+  otherwise (``tune_region(mode=...)``, ``arbiter tune --mode``).
 """
 from __future__ import annotations
 
@@ -32,7 +43,8 @@ import numpy as np
 
 from arbiter import targets
 
-MODES = ("device", "latency")
+MODES = ("device", "latency", "stream")
+STREAM_CALLS = 20  # calls per sample in stream mode
 DEFAULT_SCREEN = ((3, 1.5), (10, 1.15))
 
 
@@ -60,11 +72,12 @@ class Timer:
     def flush_cache(self) -> None:
         pass
 
-    def time(self, fn, mode: str) -> float:
-        """Seconds for one call of ``fn`` in ``mode``."""
+    def time(self, fn, mode: str, calls: int = 1) -> float:
+        """Seconds per call of ``fn`` in ``mode`` (``calls`` back to back in stream mode, else one)."""
         t0 = time.perf_counter_ns()
-        fn()
-        return (time.perf_counter_ns() - t0) * 1e-9
+        for _ in range(calls):
+            fn()
+        return (time.perf_counter_ns() - t0) * 1e-9 / calls
 
 
 class CpuTimer(Timer):
@@ -88,15 +101,16 @@ class CudaTimer(Timer):
     def flush_cache(self):
         self._scratch.fill(1.0)
 
-    def time(self, fn, mode):
+    def time(self, fn, mode, calls=1):
         cp = self.cp
         stream = cp.cuda.get_current_stream()
-        if mode == "device":
+        if mode != "latency":  # device: one call between events; stream: `calls` calls back to back
             self._start.record(stream)
-            fn()
+            for _ in range(calls):
+                fn()
             self._stop.record(stream)
             self._stop.synchronize()
-            return cp.cuda.get_elapsed_time(self._start, self._stop) * 1e-3
+            return cp.cuda.get_elapsed_time(self._start, self._stop) * 1e-3 / calls
         stream.synchronize()
         t0 = time.perf_counter_ns()
         fn()
@@ -128,14 +142,15 @@ class HipTimer(Timer):
         self.rocm.check(self.rocm.hip.hipMemsetD32(ctypes.c_void_p(self._scratch.ptr), 0x3F800000,
                                                    self._scratch.size), "hipMemsetD32")
 
-    def time(self, fn, mode):
+    def time(self, fn, mode, calls=1):
         hip, check = self.rocm.hip, self.rocm.check
-        if mode == "device":
+        if mode != "latency":  # device: one call between events; stream: `calls` calls back to back
             check(hip.hipEventRecord(self._start, None), "hipEventRecord")
-            fn()
+            for _ in range(calls):
+                fn()
             check(hip.hipEventRecord(self._stop, None), "hipEventRecord")
             check(hip.hipEventSynchronize(self._stop), "hipEventSynchronize")
-            return check(hip.hipEventElapsedTime(self._start, self._stop), "hipEventElapsedTime") * 1e-3
+            return check(hip.hipEventElapsedTime(self._start, self._stop), "hipEventElapsedTime") * 1e-3 / calls
         check(hip.hipDeviceSynchronize(), "hipDeviceSynchronize")
         t0 = time.perf_counter_ns()
         fn()
@@ -160,13 +175,20 @@ def _nbytes(region) -> int:
 
 
 def input_sets(region, timer: Timer, rng: np.random.Generator, max_sets: int = 8) -> list:
-    """The region plus fresh copies, enough that rotating them overflows the cache; each with its own output."""
-    n = 1
+    """The region plus fresh copies, enough that rotating them overflows the cache.
+
+    No output is preallocated: each call allocates its own, as a dispatched call does. A region whose
+    caller gave ``out=`` keeps it (that call writes there). A torch caller's region is used alone
+    (fresh copies would be CuPy arrays: another caller's path).
+    """
     size = _nbytes(region)
-    if size and size * 2 < timer.cache_bytes:
+    n = 1
+    if size and size * 2 < timer.cache_bytes and region.torch_in is None:
         n = min(max_sets, math.ceil(2 * timer.cache_bytes / size))
-    sets = [region] + [region.fresh(rng) for _ in range(n - 1)]
-    return [r.with_out(r.alloc_out() if r.out is None else r.out) for r in sets]
+    fresh = [region.fresh(rng) for _ in range(n - 1)]
+    if region.out is not None:  # a call with out= is timed as one: each fresh set gets its own out
+        fresh = [r.with_out(r.alloc_out()) for r in fresh]
+    return [region] + fresh
 
 
 def _summary(samples: list[float], mode, warmup_s, screened) -> Measurement:
@@ -179,20 +201,39 @@ def _summary(samples: list[float], mode, warmup_s, screened) -> Measurement:
 def measure(candidate, params: dict, region, *, mode: str = "device", min_reps: int = 5, max_reps: int = 200,
             target_spread: float = 0.03, time_cap_s: float = 1.0, best_so_far: float | None = None,
             screen=DEFAULT_SCREEN, seed: int = 0) -> Measurement:
-    """Time one solution on ``region`` (which must already have passed the gate)."""
+    """Time one solution on ``region`` (which must already have passed the gate), as ``run_arbitrated``
+    runs it (``arbiter.dispatch.serve``)."""
+    from arbiter.dispatch import serve
+
     if mode not in MODES:
         raise ValueError(f"mode: {mode!r} is not one of {', '.join(MODES)}")
-    timer = timer_for(region.target)
-    target = targets.get(region.target)
-    sets = input_sets(region, timer, np.random.default_rng(seed))
-    run = candidate.run
+    sets = input_sets(region, timer_for(region.target), np.random.default_rng(seed))
+    calls = [lambda r=r: serve(candidate, params, r) for r in sets]
+    return measure_calls(calls, region.target, mode=mode, min_reps=min_reps, max_reps=max_reps,
+                         target_spread=target_spread, time_cap_s=time_cap_s, best_so_far=best_so_far,
+                         screen=screen)
+
+
+def measure_calls(calls: list, target_name: str, *, mode: str = "device", min_reps: int = 5,
+                  max_reps: int = 200, target_spread: float = 0.03, time_cap_s: float = 1.0,
+                  best_so_far: float | None = None, screen=DEFAULT_SCREEN,
+                  stream_calls: int = STREAM_CALLS) -> Measurement:
+    """Time zero-argument ``calls`` (one per input set, rotated) on ``target_name``'s timer in ``mode``.
+
+    ``measure`` uses it for solutions; benchmarks use it for peers (torch eager, a bare kernel launch) so
+    both sides are timed by the same rules.
+    """
+    if mode not in MODES:
+        raise ValueError(f"mode: {mode!r} is not one of {', '.join(MODES)}")
+    timer = timer_for(target_name)
+    target = targets.get(target_name)
 
     # Warm-up: untimed until two consecutive calls agree within 2x (compilation and handles are out).
     warm_start = time.perf_counter()
     previous = None
     for i in range(10):
         t0 = time.perf_counter()
-        run(sets[i % len(sets)], params)
+        calls[i % len(calls)]()
         target.synchronize()
         took = time.perf_counter() - t0
         if previous is not None and took < 2 * previous and previous < 2 * took:
@@ -203,10 +244,16 @@ def measure(candidate, params: dict, region, *, mode: str = "device", min_reps: 
     samples: list[float] = []
     deadline = time.perf_counter() + time_cap_s
     screened = False
+    batch = stream_calls if mode == "stream" else 1
+    turn = [0]
+
+    def rotated():
+        calls[turn[0] % len(calls)]()
+        turn[0] += 1
+
     while len(samples) < max_reps:
-        r = sets[len(samples) % len(sets)]
         timer.flush_cache()
-        samples.append(timer.time(lambda: run(r, params), mode))
+        samples.append(timer.time(rotated, mode, batch))
         n = len(samples)
         if best_so_far is not None:
             med = float(np.median(samples))

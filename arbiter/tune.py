@@ -9,7 +9,8 @@ parameter set), time each one that passed, and decide:
 * otherwise the tier default stays, policy ``tier``, noted "... but not separated"
   (or "no other solution to time", with how many were excluded and how many failed the gate).
 
-Measurements (both modes on GPUs), the verdicts and the solution are persisted, in one transaction.
+Measurements (device, latency and stream modes side by side on GPUs; ``mode`` decides, ``device``
+by default), the verdicts and the solution are persisted, in one transaction.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from arbiter import select
 from arbiter.candidates import params_id
 from arbiter.errors import NoCandidateError
 from arbiter.store import MeasurementRecord, SolutionRecord, VerdictKey
-from arbiter.timing import Measurement, measure
+from arbiter.timing import MODES, Measurement, measure
 from arbiter.verify import Verdict
 
 SEPARATION = 2.0  # a margin must exceed twice the relative spread to count
@@ -75,7 +76,6 @@ def tune_region(region, store, *, mode: str = "device", budget_s: float | None =
     at the same time (``arbiter.parallel`` passes one for CPU workers).
     """
     runner = runner or InProcess()
-    runner = runner or InProcess()
     # One commit for the key: its verdicts, measurements and solution, or nothing. Committed apart, a process
     # killed between them left measurements without a solution, a key later runs skip as "tuned already"
     # and `doctor` calls healthy (issue 20 item 5).
@@ -88,7 +88,7 @@ def tune_region(region, store, *, mode: str = "device", budget_s: float | None =
         else:
             cap = 1.0 if budget_s is None else max(0.05, budget_s / max(1, sum(r.status == "passed"
                                                                                for r in decision.rows)))
-            modes = [mode] if region.target == "cpu" else ["device", "latency"]
+            modes = [mode] if region.target == "cpu" else list(MODES)  # GPUs: device, latency, stream
             # Time the tier default first, so early screening has a baseline from the start.
             order = [decision.winner] + [r for r in decision.rows if r.status == "passed" and r is not decision.winner]
             with timing_lock or contextlib.nullcontext():
@@ -243,11 +243,13 @@ def explain_rows(decision, store) -> list[dict]:
     for row in decision.rows:
         pid = params_id(row.params)
         dev, lat = stored.get((row.candidate.name, pid, "device")), stored.get((row.candidate.name, pid, "latency"))
+        stream = stored.get((row.candidate.name, pid, "stream"))
         rows.append({
             "solution": row.label, "tier": row.candidate.tier.name, "status": row.status, "reason": row.reason,
             "rel_error": None if row.verdict is None else row.verdict.rel_error,
             "device_us": None if dev is None else dev.median_s * 1e6,
             "latency_us": None if lat is None else lat.median_s * 1e6,
+            "stream_us": None if stream is None else stream.median_s * 1e6,
             "spread": None if dev is None else dev.spread,
             "screened": bool(dev and dev.screened),
             "winner": row is decision.winner,

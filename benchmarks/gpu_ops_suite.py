@@ -3,8 +3,9 @@
 Same rules as ``benchmarks/gpu_suite.py`` (whose measurement, gate walk and report helpers it reuses):
 every applicable NVIDIA solution is timed side by side in one run with ``arbiter.timing.measure``
 (device mode: CuPy events, L2 flushed, median with p20/p80), then gated fastest first until one passes;
-the fastest passing solution displaces the tier default (``cupy_*``) only when its margin beats twice
-the spread. Peers: torch eager as its users call it (attention: ``F.scaled_dot_product_attention``;
+the fastest passing solution displaces the ``cupy_*`` reference only when its margin beats twice
+the spread; the tier default on a fresh key (tier order, first to pass) is reported beside it with its
+regret (its time over the fastest gated solution's). Peers: torch eager as its users call it (attention: ``F.scaled_dot_product_attention``;
 fft: ``torch.fft``; gated: ``F.silu(x @ wg) * (x @ wu)``; pointwise: one torch op per step) and, for
 layernorm and pointwise, a device-to-device copy of x (the bytes a one-pass kernel must move at least).
 
@@ -21,9 +22,9 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
 
-from gpu_suite import DeviceCopy, _m, _ratio, _TorchViews, start  # noqa: E402
+from gpu_suite import DeviceCopy, _m, _ratio, _regret, _TorchViews, start  # noqa: E402
 
-from arbiter.candidates import REGISTRY, Tier, params_id  # noqa: E402
+from arbiter.candidates import REGISTRY, params_id  # noqa: E402
 from arbiter.suite import Problem, rows  # noqa: E402
 from arbiter.timing import measure  # noqa: E402
 from arbiter.tune import separated  # noqa: E402
@@ -116,17 +117,29 @@ def run_problem(problem: Problem, seed: int, torch_ok: bool, gate_log: list, cap
                 best = m.median_s
     ranked = sorted([t for t in timings if t[2] is not None and not t[2].screened], key=lambda t: t[2].median_s)
     fastest, failed, verdicts = None, [], {}
+
+    def gate(cand, params):
+        ident = (cand.name, params_id(params))
+        if ident not in verdicts:
+            t0 = time.perf_counter()
+            verdicts[ident] = verify(cand, params, region)
+            gate_log.append({"problem": problem.label, "solution": cand.name + params_id(params),
+                             "seconds": time.perf_counter() - t0, "passed": verdicts[ident].passed})
+        return verdicts[ident]
+
     for cand, params, m, _ in ranked:  # gate fastest first: the arbiter never selects an unverified solution
-        t0 = time.perf_counter()
-        verdict = verify(cand, params, region)
-        gate_log.append({"problem": problem.label, "solution": cand.name + params_id(params),
-                         "seconds": time.perf_counter() - t0, "passed": verdict.passed})
-        verdicts[id(cand), params_id(params)] = verdict.passed
+        verdict = gate(cand, params)
         if verdict.passed:
             fastest = (cand, params, m)
             break
         failed.append(f"{cand.name}{params_id(params)}: {verdict.reason}")
-    vendor = next((t for t in ranked if t[0].name.startswith("cupy_") and t[0].tier == Tier.HAND_TUNED), None)
+    # The reference peer: the cupy_* candidate (cuBLAS, cuFFT, or a composed CuPy chain).
+    vendor = next((t for t in ranked if t[0].name.startswith("cupy_")), None)
+    default = None  # the tier default on a fresh key: tier order, first parameter sets, first to pass
+    for cand, params, m, _ in timings:
+        if m is not None and params == cand.param_space()[0] and gate(cand, params).passed:
+            default = (cand, params, m)
+            break
     selected, rule = fastest, "fastest passing"
     if fastest and vendor and fastest[0] is not vendor[0]:
         ok, margin = separated(fastest[2], vendor[2])
@@ -155,6 +168,8 @@ def run_problem(problem: Problem, seed: int, torch_ok: bool, gate_log: list, cap
                                   "tier": selected[0].tier.name, "rule": rule, **_m(selected[2])},
         "gate_failures": failed,
         "vendor": vendor and {"solution": vendor[0].name, **_m(vendor[2])},
+        "default": default and {"solution": default[0].name + params_id(default[1]), "tier": default[0].tier.name,
+                                **_m(default[2])},
         "peers": {k: _m(v) for k, v in peers.items()},
         "latency": {k: _m(v) for k, v in latency.items()},
     }
@@ -162,8 +177,8 @@ def run_problem(problem: Problem, seed: int, torch_ok: bool, gate_log: list, cap
 
 def table(results: list[dict]) -> str:
     lines = ["| problem | selected | sel µs | CuPy/cuBLAS/cuFFT µs | torch µs | vs vendor | vs torch | "
-             "latency vs torch | best emitted/synth µs | copy % |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "latency vs torch | best emitted/synth µs | copy % | default pick | default regret |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         s, v, t = r["selected"], r["vendor"], r["peers"].get("torch_eager")
         copy = r["peers"].get("copy")
@@ -174,7 +189,8 @@ def table(results: list[dict]) -> str:
             f"| {r['problem']} | {s['solution'] if s else 'NONE'} | {s['median_us'] if s else math.nan:.1f} | "
             f"{v['median_us'] if v else math.nan:.1f} | {t['median_us'] if t else math.nan:.1f} | {_ratio(v, s)} | "
             f"{_ratio(t, s)} | {_ratio(r['latency'].get('torch_eager'), r['latency'].get('selected'))} | "
-            + (f"{own_best['solution']} {own_best['median_us']:.1f}" if own_best else "-") + f" | {pct} |")
+            + (f"{own_best['solution']} {own_best['median_us']:.1f}" if own_best else "-") + f" | {pct} | "
+            f"{r['default']['solution'] if r.get('default') else '-'} | {_regret(r)} |")
     return "\n".join(lines)
 
 
@@ -183,7 +199,9 @@ def summary(results: list[dict]) -> str:
         xs = [x for x in xs if x and x > 0]
         return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
 
-    lines = []
+    regrets = [float(_regret(r)) for r in results if _regret(r) != "-"]
+    lines = [f"default pick (tier order, fresh key) vs fastest gated: geomean {geo(regrets):.3f}x, "
+             f"worst {max(regrets or [math.nan]):.2f}x over {len(regrets)} problems"]
     for op in OPS:
         rs = [r for r in results if r["op"] == op and r["selected"] and "torch_eager" in r["peers"]]
         if rs:

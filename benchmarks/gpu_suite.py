@@ -31,7 +31,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from arbiter import targets  # noqa: E402
-from arbiter.candidates import REGISTRY, Candidate, Tier, params_id  # noqa: E402
+from arbiter.candidates import REGISTRY, Candidate, params_id  # noqa: E402
 from arbiter.suite import Problem, mm, rows  # noqa: E402
 from arbiter.timing import measure  # noqa: E402
 from arbiter.tune import separated  # noqa: E402
@@ -146,18 +146,32 @@ def run_problem(problem: Problem, seed: int, torch_ok: bool, gate_log: list) -> 
             best = m.median_s
     ranked = sorted([t for t in timings if t[2] is not None and not t[2].screened], key=lambda t: t[2].median_s)
     # Gate fastest first until one passes (the arbiter never selects an unverified solution).
+    verdicts: dict = {}
+
+    def gate(cand, params):
+        ident = (cand.name, params_id(params))
+        if ident not in verdicts:
+            t0 = time.perf_counter()
+            verdicts[ident] = verify(cand, params, region)
+            gate_log.append({"problem": problem.label, "solution": cand.name + params_id(params),
+                             "seconds": time.perf_counter() - t0, "passed": verdicts[ident].passed})
+        return verdicts[ident]
+
     fastest, failed = None, []
     for cand, params, m, _ in ranked:
-        t0 = time.perf_counter()
-        verdict = verify(cand, params, region)
-        gate_log.append({"problem": problem.label, "solution": cand.name + params_id(params),
-                         "seconds": time.perf_counter() - t0, "passed": verdict.passed})
+        verdict = gate(cand, params)
         if verdict.passed:
             fastest = (cand, params, m, verdict)
             break
         failed.append(f"{cand.name}{params_id(params)}: {verdict.reason}")
-    vendor = next((t for t in ranked if t[0].name.startswith("cupy_") and t[0].tier == Tier.HAND_TUNED), None)
-    default = vendor  # the tier default: the highest-priority HAND_TUNED candidate (cupy_*), verified below
+    # The reference peer: cuBLAS (cupy_matmul) for GEMMs, the composed CuPy chain for row ops.
+    vendor = next((t for t in ranked if t[0].name.startswith("cupy_")), None)
+    # The tier default on a fresh key: tier order, each candidate's first parameter set, first to pass.
+    default = None
+    for cand, params, m, _ in timings:
+        if m is not None and params == cand.param_space()[0] and gate(cand, params).passed:
+            default = (cand, params, m)
+            break
     selected, rule = fastest, "fastest passing"
     if fastest and default and fastest[0] is not default[0]:
         ok, margin = separated(fastest[2], default[2])
@@ -185,6 +199,8 @@ def run_problem(problem: Problem, seed: int, torch_ok: bool, gate_log: list) -> 
                                   "rule": rule, **_m(selected[2])},
         "gate_failures": failed,
         "vendor": vendor and {"solution": vendor[0].name, **_m(vendor[2])},
+        "default": default and {"solution": default[0].name + params_id(default[1]), "tier": default[0].tier.name,
+                                **_m(default[2])},
         "peers": {k: _m(v) for k, v in peers.items()},
         "latency": {k: _m(v) for k, v in latency.items()},
     }
@@ -202,18 +218,28 @@ def _ratio(num: dict | None, den: dict | None) -> str:
 
 def table(results: list[dict]) -> str:
     lines = ["| problem | selected | sel µs | cuBLAS/CuPy µs | torch µs | vs vendor | vs torch | "
-             "latency vs vendor | latency vs torch | copy % |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "latency vs vendor | latency vs torch | copy % | default pick | default regret |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         s, v, t = r["selected"], r["vendor"], r["peers"].get("torch_eager")
         copy = r["peers"].get("copy")
         pct = f"{100 * copy['median_us'] / s['median_us']:.0f}%" if copy and s else "-"
         lat = r["latency"]
         lines.append(f"| {r['problem']} | {s['solution'] if s else 'NONE'} | "
-                     f"{s['median_us']:.1f} | {v['median_us']:.1f} | {t['median_us'] if t else float('nan'):.1f} | "
+                     f"{s['median_us']:.1f} | {v['median_us'] if v else float('nan'):.1f} | {t['median_us'] if t else float('nan'):.1f} | "
                      f"{_ratio(v, s)} | {_ratio(t, s)} | {_ratio(lat.get('vendor'), lat.get('selected'))} | "
-                     f"{_ratio(lat.get('torch_eager'), lat.get('selected'))} | {pct} |")
+                     f"{_ratio(lat.get('torch_eager'), lat.get('selected'))} | {pct} | "
+                     f"{r['default']['solution'] if r.get('default') else '-'} | {_regret(r)} |")
     return "\n".join(lines)
+
+
+def _regret(r: dict) -> str:
+    """The default pick's device time over the fastest gated solution's (1.00 = the default is the best)."""
+    d, s = r.get("default"), r.get("selected")
+    if not d or not s:
+        return "-"
+    best = min(s["median_us"], d["median_us"])  # a not-separated selection may be slower than the default
+    return f"{d['median_us'] / best:.2f}"
 
 
 def summary(results: list[dict]) -> str:
@@ -224,18 +250,24 @@ def summary(results: list[dict]) -> str:
     sel = [r for r in results if r["selected"]]
     vs_torch = [r["peers"]["torch_eager"]["median_us"] / r["selected"]["median_us"] for r in sel
                 if "torch_eager" in r["peers"]]
-    vs_vendor = [r["vendor"]["median_us"] / r["selected"]["median_us"] for r in sel if r["vendor"]]
+    vs_vendor = [r["vendor"]["median_us"] / r["selected"]["median_us"] for r in sel if r["vendor"]]  # noqa: E501
     lat_torch = [r["latency"]["torch_eager"]["median_us"] / r["latency"]["selected"]["median_us"] for r in sel
                  if "torch_eager" in r["latency"]]
-    worst = min(sel, key=lambda r: min(r["vendor"]["median_us"], r["peers"].get("torch_eager", {"median_us": 1e30})
-                                       ["median_us"]) / r["selected"]["median_us"])
-    wpeer = min(worst["vendor"]["median_us"], worst["peers"].get("torch_eager", {"median_us": 1e30})["median_us"])
+    def best_peer(r):
+        return min((r["vendor"] or {"median_us": 1e30})["median_us"],
+                   r["peers"].get("torch_eager", {"median_us": 1e30})["median_us"])
+
+    worst = min(sel, key=lambda r: best_peer(r) / r["selected"]["median_us"])
+    wpeer = best_peer(worst)
     big_rows = [r for r in sel if r["op"] != "matmul" and r["bytes"] >= 64 << 20]
     return "\n".join([
         f"geomean device-time speedup of the selection: vs torch eager {geo(vs_torch):.3f}x, "
         f"vs cuBLAS/CuPy-composed {geo(vs_vendor):.3f}x, latency vs torch {geo(lat_torch):.3f}x "
         f"over {len(sel)} problems",
         f"worst selection vs best peer: {worst['problem']} at {wpeer / worst['selected']['median_us']:.3f}x",
+        "default pick (tier order, fresh key) vs fastest gated: geomean "
+        f"{geo([float(_regret(r)) for r in sel if _regret(r) != '-']):.3f}x, worst "
+        f"{max([float(_regret(r)) for r in sel if _regret(r) != '-'] or [float('nan')]):.2f}x",
         "row kernels >= 64 MB, selection time as % of same-byte copy: " + ", ".join(
             f"{r['problem']} {100 * r['peers']['copy']['median_us'] / r['selected']['median_us']:.0f}%"
             for r in big_rows),

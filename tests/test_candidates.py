@@ -12,7 +12,7 @@ from arbiter.candidates import ENTRY_POINT_GROUP, REGISTRY, CandidateRegistry, C
 
 
 def test_tier_order():
-    assert Tier.SYNTHESIZED < Tier.EMITTED < Tier.HAND_TUNED
+    assert Tier.COMPOSED < Tier.SYNTHESIZED < Tier.EMITTED < Tier.HAND_TUNED
 
 
 def test_builtin_cpu_vendor_candidates_are_registered():

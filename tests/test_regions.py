@@ -76,3 +76,19 @@ def test_random_regions_are_never_zero_and_keep_layout():
     assert r.key.layout == "CR" and np.all(r.a != 0) and np.all(r.bias != 0)
     s = Softmax.random("cpu", "float64", {"rows": 5, "cols": 6}, layout="S")
     assert s.key.layout == "S" and s.x.shape == (5, 6)
+
+
+def test_torch_tensors_get_the_layout_classes_and_dtype_names_numpy_arrays_get():
+    """A torch caller's region is keyed from the tensors themselves: the same key as the same arrays in NumPy."""
+    torch = pytest.importorskip("torch")
+    from arbiter.keys import layout_class
+    from arbiter.regions import dtype_name
+
+    base = np.arange(6 * 8 * 4, dtype=np.float32).reshape(6, 8, 4)
+    t = torch.from_numpy(base.copy())
+    cases = [lambda a: a, lambda a: a[1:3], lambda a: a[:, ::2], lambda a: a[:, :, :1], lambda a: a[:0],
+             lambda a: a[0].T, lambda a: a[2, :, 1], lambda a: a[:, 3:4, :].swapaxes(0, 2)]
+    for make in cases:
+        assert layout_class(make(t)) == layout_class(make(base)), make(base).strides
+    for name in ("float16", "bfloat16", "float32", "float64"):
+        assert dtype_name(getattr(torch, name)) == name

@@ -15,6 +15,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
+from arbiter.candidates import Tier
 from arbiter.cli import app, console, error, lit
 from arbiter.cli.output import show
 from arbiter.errors import RegistryError
@@ -232,7 +233,7 @@ def list_cmd(
             continue
         rows.append({"target": cand.target, "op": cand.op, "name": cand.name, "tier": cand.tier.name,
                      "priority": cand.priority, "available": ok, "reason": why})
-    rows.sort(key=lambda r: (r["target"], r["op"], -["SYNTHESIZED", "EMITTED", "HAND_TUNED"].index(r["tier"]),
+    rows.sort(key=lambda r: (r["target"], r["op"], -Tier[r["tier"]],
                              -r["priority"], r["name"]))
     targets_out = {k: {"available": v[0], "reason": v[1]} for k, v in target_state.items()}
     if as_json:

@@ -123,7 +123,9 @@ def tune(
     from_recorded: bool = typer.Option(False, "--from-recorded", help="Tune the keys recorded by policy 'record'."),
     retune_stale: bool = typer.Option(False, "--retune-stale", help="Also tune keys whose solution is stale here."),
     target: str = typer.Option("cpu", help="Target: cpu, nvidia or rocm."),
-    mode: str = typer.Option("device", help="Timing mode that decides: device or latency."),
+    mode: str = typer.Option("device", help="Timing mode that decides: device (events around one call), "
+                                            "latency (host clock + synchronize) or stream (back-to-back calls); "
+                                            "GPUs record all three."),
     budget_seconds: Optional[float] = typer.Option(None, help="Stop starting new keys after this many seconds."),
     force: bool = typer.Option(False, help="Re-tune keys that already have a measured solution here."),
     dry_run: bool = typer.Option(False, "--dry-run", help="List the keys that would be tuned; tune nothing."),

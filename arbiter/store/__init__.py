@@ -42,7 +42,7 @@ class MeasurementRecord:
 
     candidate: str
     params: dict
-    mode: str  # "device" | "latency"
+    mode: str  # "device" | "latency" | "stream"
     median_s: float
     p20_s: float
     p80_s: float

@@ -110,7 +110,7 @@ class MeasurementRow(Base):
     env: Mapped[str] = mapped_column(ForeignKey("environments.fingerprint"), index=True)
     candidate: Mapped[str] = mapped_column(String(128))
     params: Mapped[str] = mapped_column(Text, default="{}")
-    mode: Mapped[str] = mapped_column(String(16))  # device | latency
+    mode: Mapped[str] = mapped_column(String(16))  # device | latency | stream
     reps: Mapped[int] = mapped_column(Integer)
     median_s: Mapped[float | None] = mapped_column(Float, nullable=True)
     p20_s: Mapped[float | None] = mapped_column(Float, nullable=True)

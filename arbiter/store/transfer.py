@@ -148,7 +148,7 @@ class CandidateModel(_Model):
     name: str = Field(max_length=128)
     target: str = Field(max_length=32)
     op: str = Field(max_length=64)
-    tier: Literal["SYNTHESIZED", "EMITTED", "HAND_TUNED", ""]
+    tier: Literal["COMPOSED", "SYNTHESIZED", "EMITTED", "HAND_TUNED", ""]
     contract: str | None = Field(default=None, max_length=4096)
 
 
@@ -178,7 +178,7 @@ class MeasurementModel(_Keyed):
     env: str = Field(max_length=64)  # a fingerprint
     candidate: str = Field(max_length=128)
     params: str = Field(max_length=4096)
-    mode: Literal["device", "latency"]
+    mode: Literal["device", "latency", "stream"]
     reps: StrictInt = Field(ge=0, le=2**31 - 1)  # an INTEGER column on every dialect
     median_s: Seconds | None
     p20_s: Seconds | None

@@ -44,6 +44,10 @@ class Target:
     def full(self, shape, value, dtype: str):
         raise NotImplementedError
 
+    def empty(self, shape, dtype: str):
+        """A new C-contiguous array, contents unspecified (a dispatched call's output: no fill pass)."""
+        raise NotImplementedError
+
     def synchronize(self) -> None:
         pass
 

@@ -96,6 +96,9 @@ class CpuTarget(Target):
     def full(self, shape, value, dtype):
         return np.full(shape, value, dtype=np_dtype(dtype))
 
+    def empty(self, shape, dtype):
+        return np.empty(shape, dtype=np_dtype(dtype))
+
     def environment(self):
         model, flags = cpu_model()
         env = {

@@ -47,6 +47,7 @@ class NvidiaTarget(Target):
     def __init__(self):
         self._available: bool | str | None = None
         self._bf16 = "unknown"
+        self._empties: dict = {}  # dtype name -> (cupy.empty, NumPy dtype)
 
     # -- the gate -------------------------------------------------------------
     def available(self):
@@ -93,13 +94,15 @@ class NvidiaTarget(Target):
         return False
 
     def adopt(self, array):
-        """CuPy arrays as they are; torch CUDA tensors as zero-copy CuPy views, results back as torch."""
+        """CuPy arrays as they are, no conversion back. Torch CUDA tensors also as they are, with
+        ``torch.from_dlpack`` to bring a CuPy result back: a region keeps a torch caller's tensors and
+        views them (``cupy_view``) only for a CuPy kernel."""
         if type(array).__module__.startswith("cupy"):
             return array, None
-        cp = self._require()
+        self._require()
         import torch
 
-        return cp.from_dlpack(array), torch.from_dlpack
+        return array, torch.from_dlpack
 
     def bfloat16(self):
         """The bfloat16 dtype CuPy takes, or None when this CuPy has no bfloat16 (CuPy < 14)."""
@@ -125,6 +128,13 @@ class NvidiaTarget(Target):
 
     def full(self, shape, value, dtype):
         return self._require().full(shape, value, dtype=self.np_dtype(dtype))
+
+    def empty(self, shape, dtype):
+        # A dispatched call's output: the dtype object cached, so a warm call pays only cupy.empty.
+        found = self._empties.get(dtype)
+        if found is None:
+            found = self._empties[dtype] = (self._require().empty, self.np_dtype(dtype))
+        return found[0](shape, dtype=found[1])
 
     def synchronize(self):
         self._require().cuda.get_current_stream().synchronize()
@@ -158,6 +168,70 @@ class NvidiaTarget(Target):
         except ImportError:
             env["torch"] = "absent"
         return env
+
+
+TORCH_DTYPES = {"float16": "float16", "bfloat16": "bfloat16", "float32": "float32", "float64": "float64",
+                "complex64": "complex64", "complex128": "complex128"}
+
+
+# torch dtype -> the NumPy dtype CuPy uses for it, filled as dtypes are seen.
+_np_of_torch: dict = {}
+
+
+def cupy_view(tensor):
+    """A zero-copy CuPy view of a torch CUDA tensor.
+
+    Built from the tensor's pointer, shape and strides over ``UnownedMemory`` that keeps the tensor
+    alive: measured on an H200, 2.5 us a view against 15.5 us for ``cupy.from_dlpack`` (whose stream
+    handshake a view on the caller's own stream does not need). Empty tensors go through DLPack.
+    """
+    cp = cupy_module()
+    dt = tensor.dtype
+    npdt = _np_of_torch.get(dt)
+    if npdt is None:
+        name = str(dt).rsplit(".", 1)[-1]
+        if name not in TORCH_DTYPES:
+            return cp.from_dlpack(tensor)  # a dtype no region accepts: its own error follows
+        npdt = _np_of_torch[dt] = TARGET.np_dtype(name)
+    n = tensor.numel()
+    if n == 0:
+        return cp.from_dlpack(tensor)
+    size = npdt.itemsize
+    span = (1 + sum((d - 1) * st for d, st in zip(tensor.shape, tensor.stride()))) * size  # bytes reached
+    mem = cp.cuda.UnownedMemory(tensor.data_ptr(), span, tensor, tensor.get_device())
+    return cp.ndarray(tuple(tensor.shape), npdt, cp.cuda.MemoryPointer(mem, 0),
+                      tuple(st * size for st in tensor.stride()))
+
+
+def torch_empty(shape, dtype: str, like):
+    """(CuPy view, torch tensor) of a new output from torch's caching allocator, on ``like``'s device:
+    the output of a dispatched call whose caller passed torch tensors."""
+    import torch
+
+    tensor = torch.empty(tuple(shape), dtype=getattr(torch, TORCH_DTYPES[dtype]), device=like.device)
+    return cupy_view(tensor), tensor
+
+
+_external_streams: dict = {}
+
+
+def torch_stream():
+    """A CuPy stream wrapping torch's current stream when it is not CuPy's current one, else None.
+
+    A CuPy kernel dispatched for a torch caller must run in order with the caller's torch work.
+    (torch's raw-stream query: ``torch.cuda.current_stream()`` builds a Stream object, 4 us a call.)"""
+    import torch
+
+    cp = cupy_module()
+    c = torch._C
+    ptr = c._cuda_getCurrentRawStream(c._cuda_getDevice()) if hasattr(c, "_cuda_getCurrentRawStream") \
+        else torch.cuda.current_stream().cuda_stream
+    if ptr == cp.cuda.get_current_stream().ptr:
+        return None
+    stream = _external_streams.get(ptr)
+    if stream is None:
+        stream = _external_streams[ptr] = cp.cuda.ExternalStream(ptr)
+    return stream
 
 
 def _version(code: int) -> str:

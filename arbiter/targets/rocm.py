@@ -366,6 +366,10 @@ class RocmTarget(Target):
     def full(self, shape, value, dtype):
         return self.from_host(np.full(shape, value, dtype=_np_dtype(dtype)), dtype)
 
+    def empty(self, shape, dtype):
+        self._require()
+        return RocmArray.empty(shape, _np_dtype(dtype))
+
     def synchronize(self):
         check(hip.hipDeviceSynchronize(), "hipDeviceSynchronize")
 

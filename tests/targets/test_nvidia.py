@@ -21,12 +21,26 @@ def test_unavailable_without_cupy_gives_the_reason(monkeypatch):
 def test_every_nvidia_candidate_reports_availability_or_a_reason():
     ok = targets.get("nvidia").available()
     cands = [c for op in ("matmul", "softmax", "rmsnorm") for c in REGISTRY.candidates("nvidia", op)]
-    assert {c.tier.name for c in cands} == {"HAND_TUNED", "EMITTED", "SYNTHESIZED"}
+    assert {c.tier.name for c in cands} == {"HAND_TUNED", "EMITTED", "SYNTHESIZED", "COMPOSED"}
     for cand in cands:
         got = cand.available()
         assert got is True or (isinstance(got, str) and got), cand
         if ok is not True:
             assert got == ok, cand  # without the target, every candidate says why
+
+
+def test_composed_cupy_chains_rank_below_every_other_tier():
+    """A chain of generic CuPy passes is a composed reference, never the default while a kernel passes."""
+    for op in ("softmax", "rmsnorm", "layernorm", "attention", "pointwise"):
+        cands = REGISTRY.candidates("nvidia", op)
+        composed = REGISTRY.get(f"cupy_{op}", "nvidia", op)
+        assert composed.tier.name == "COMPOSED", op
+        assert cands[-1] is composed, (op, cands)  # tier order puts it last
+        assert any(c.tier.name in ("EMITTED", "SYNTHESIZED") for c in cands), op  # a kernel sits above it
+    # Vendor library kernels stay HAND_TUNED: cuBLAS (cupy_matmul), cuFFT (cupy_fft), torch's fused ops.
+    assert REGISTRY.get("cupy_matmul", "nvidia", "matmul").tier.name == "HAND_TUNED"
+    assert REGISTRY.get("cupy_fft", "nvidia", "fft").tier.name == "HAND_TUNED"
+    assert REGISTRY.get("torch_softmax", "nvidia", "softmax").tier.name == "HAND_TUNED"
 
 
 def test_owns_only_device_arrays():
@@ -76,8 +90,29 @@ def test_torch_cuda_tensors_are_adopted_zero_copy_and_results_come_back_as_torch
     a = torch.randn(33, 17, device="cuda")
     b = torch.randn(17, 9, device="cuda")
     name, native, back = targets.adopt(a)
-    assert name == "nvidia" and native.data.ptr == a.data_ptr()  # a view, not a copy
+    assert name == "nvidia" and native is a  # kept as it is: CuPy views only when a CuPy kernel runs
+    from arbiter.targets.nvidia import cupy_view
+
+    assert cupy_view(a).data.ptr == a.data_ptr()  # a view, not a copy
     result = arbiter.run_arbitrated("matmul", Matmul(a, b))
     assert isinstance(result, torch.Tensor) and result.is_cuda
     torch.testing.assert_close(result, a @ b, rtol=1e-4, atol=1e-4)
     assert targets.adopt(torch.zeros(2))[0] == "cpu"  # host tensors stay on the cpu target
+
+
+@pytest.mark.gpu
+@requires_gpu
+def test_torch_views_keep_strides_offsets_and_dtypes():
+    """The pointer-built CuPy view of a torch tensor (no DLPack) sees exactly the tensor's elements."""
+    torch = pytest.importorskip("torch")
+    import cupy as cp
+
+    from arbiter.targets.nvidia import cupy_view
+
+    for dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+        base = torch.randn(7, 10, device="cuda").to(dtype)
+        for t in (base, base[1:, ::2].T, base[3:5], base[:, 3:4].expand(7, 5), base[2:2]):
+            view = cupy_view(t)
+            assert tuple(view.shape) == tuple(t.shape)
+            got = cp.asnumpy(view.astype(cp.float64))
+            np.testing.assert_array_equal(got, t.double().cpu().numpy())

@@ -39,20 +39,39 @@ def row_kernel(file: str, name: str, region, out, row_threads: int, rows_per_blo
     return fn, ((rows + rpb - 1) // rpb,), (threads * rpb,)
 
 
+# (template, dtype, rows, cols, threads, rows per block, vector loads, loader) -> (kernel, grid, block,
+# integer arguments): what depends only on the route and the shape is worked out once, so a warm call
+# only checks alignment, packs its arrays and launches.
+_launches: dict = {}
+
+
+def _launch_plan(file: str, name: str, region, out, row_threads: int, rows_per_block: int, vec: bool,
+                 load_kernel):
+    vec = vec and aligned16(region.x, out)
+    dims = region.dims
+    key = (file, region.dtype, dims["rows"], dims["cols"], row_threads, rows_per_block, vec, load_kernel)
+    found = _launches.get(key)
+    if found is None:
+        fn, grid, block = row_kernel(file, name, region, out, row_threads, rows_per_block, vec, load_kernel)
+        rows, cols = dims["rows"], dims["cols"]
+        if len(_launches) >= 65536:  # bounded like the key cache: a shape sweep can't grow it forever
+            _launches.clear()
+        found = _launches[key] = (fn, grid, block, (np.int32(rows), np.int32(cols), np.int64(cols), np.int64(cols)),
+                                  rows > 0 and cols > 0)
+    return found
+
+
 def launch_softmax(region, out, row_threads: int, rows_per_block: int, vec: bool, load_kernel=kernel):
-    fn, grid, block = row_kernel("softmax.cu", "softmax_rows", region, out, row_threads, rows_per_block, vec,
-                                 load_kernel)
-    rows, cols = region.dims["rows"], region.dims["cols"]
-    if rows and cols:
-        fn(grid, block, (region.x, out, np.int32(rows), np.int32(cols), np.int64(cols), np.int64(cols)))
+    fn, grid, block, ints, nonempty = _launch_plan("softmax.cu", "softmax_rows", region, out, row_threads,
+                                                   rows_per_block, vec, load_kernel)
+    if nonempty:
+        fn(grid, block, (region.x, out) + ints)
     return out
 
 
 def launch_rmsnorm(region, out, row_threads: int, rows_per_block: int, vec: bool, load_kernel=kernel):
-    fn, grid, block = row_kernel("rmsnorm.cu", "rmsnorm_rows", region, out, row_threads, rows_per_block, vec,
-                                 load_kernel)
-    rows, cols = region.dims["rows"], region.dims["cols"]
-    if rows and cols:
-        fn(grid, block, (region.x, region.weight, out, np.int32(rows), np.int32(cols), np.int64(cols),
-                         np.int64(cols), np.float32(region.eps)))
+    fn, grid, block, ints, nonempty = _launch_plan("rmsnorm.cu", "rmsnorm_rows", region, out, row_threads,
+                                                   rows_per_block, vec, load_kernel)
+    if nonempty:
+        fn(grid, block, (region.x, region.weight, out) + ints + (np.float32(region.eps),))
     return out

@@ -1,4 +1,10 @@
-"""PyTorch as a vendor library on NVIDIA: availability and zero-copy DLPack views of CuPy arrays."""
+"""PyTorch as a vendor library on NVIDIA: availability, the caller's tensors, and where results go.
+
+A torch caller's tensors are used as they are (``region.torch_in``): no DLPack conversion on the call.
+A CuPy caller's arrays are seen through zero-copy DLPack views. A result goes into ``region.out`` when
+one was given (the gate's poisoned buffer, or the caller's), else it is returned as it is: the tensor
+torch allocated (its caching allocator) for a torch caller, a zero-copy CuPy view of it for a CuPy one.
+"""
 from __future__ import annotations
 
 from functools import lru_cache
@@ -32,12 +38,45 @@ def view(array):
     return torch.from_dlpack(array)
 
 
+def tensor(region, name: str):
+    """The operand ``name`` as a torch tensor: the caller's own when it passed one, else a DLPack view."""
+    given = region.torch_in
+    if given is not None:
+        found = given.get(name)
+        if found is not None:
+            return found
+    return view(getattr(region, name))
+
+
+def out_tensor(region):
+    """``region.out`` as a torch tensor (the caller's own when it passed one)."""
+    given = region.torch_in
+    if given is not None and "out" in given:
+        return given["out"]
+    return view(region.out)
+
+
+def deliver(region, y):
+    """The candidate's output for torch result ``y``: copied into ``region.out`` when one was given,
+    else ``y`` itself for a torch caller, else a zero-copy CuPy view of ``y`` (no extra pass)."""
+    if region.out is not None:
+        out_tensor(region).copy_(y)
+        return region.out
+    if region.torch_in is not None:
+        return y
+    from arbiter.targets.nvidia import cupy_view
+
+    return cupy_view(y)
+
+
 class TorchCandidate(NvidiaCandidate):
     """A PyTorch op as a vendor candidate: available when the nvidia target is and torch sees CUDA.
-    Priority 5 puts it after the CuPy vendor candidates within the tier (tier order only; measurement decides)."""
+    Priority 5 puts it after the CuPy vendor candidates within the tier (tier order only; measurement decides).
+    ``torch_native``: it runs on torch's current stream and takes torch tensors as they are."""
 
     tier = Tier.HAND_TUNED
     priority = 5
+    torch_native = True
 
     def available(self):
         return torch_available()

@@ -1,4 +1,4 @@
-"""Vendor attention on NVIDIA, composed: cuBLAS batched GEMMs (``cupy.matmul``) for the scores and for
+"""Composed attention on NVIDIA: cuBLAS batched GEMMs (``cupy.matmul``) for the scores and for
 ``p @ v``, the softmax as CuPy passes between them. It materialises the whole
 ``[batch, heads, q_len, k_len]`` score matrix in float32 (what the fused kernel avoids); half types are
 computed in float32 and rounded once into out."""
@@ -13,7 +13,7 @@ from arbiter.candidates.nvidia._cuda import NvidiaCandidate, cupy
 class CupyAttention(NvidiaCandidate):
     name = "cupy_attention"
     op = "attention"
-    tier = Tier.HAND_TUNED
+    tier = Tier.COMPOSED  # generic CuPy passes: the reference of last resort, not a vendor kernel
     priority = 10
 
     def run(self, region, params):

@@ -1,4 +1,4 @@
-"""Vendor LayerNorm on NVIDIA: composed CuPy passes (mean, centred variance, scale, weight, bias),
+"""Composed LayerNorm on NVIDIA: CuPy passes (mean, centred variance, scale, weight, bias),
 float32 for half types, rounded once into out."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from arbiter.candidates.nvidia._cuda import NvidiaCandidate, cupy
 class CupyLayerNorm(NvidiaCandidate):
     name = "cupy_layernorm"
     op = "layernorm"
-    tier = Tier.HAND_TUNED
+    tier = Tier.COMPOSED  # generic CuPy passes: the reference of last resort, not a vendor kernel
     priority = 10
 
     def run(self, region, params):

@@ -1,4 +1,4 @@
-"""Vendor pointwise chains on NVIDIA, composed: one CuPy ufunc pass per step, in place on one working
+"""Composed pointwise chains on NVIDIA: one CuPy ufunc pass per step, in place on one working
 buffer (float32 for half types, rounded once into out)."""
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def _unary(cp, name, v):
 class CupyPointwise(NvidiaCandidate):
     name = "cupy_pointwise"
     op = "pointwise"
-    tier = Tier.HAND_TUNED
+    tier = Tier.COMPOSED  # generic CuPy passes: the reference of last resort, not a vendor kernel
     priority = 10
 
     def run(self, region, params):

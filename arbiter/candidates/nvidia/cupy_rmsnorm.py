@@ -1,4 +1,4 @@
-"""Vendor RMSNorm on NVIDIA: composed CuPy passes (mean of squares, scale, weight), float32 for half types."""
+"""Composed RMSNorm on NVIDIA: CuPy passes (mean of squares, scale, weight), float32 for half types."""
 from __future__ import annotations
 
 import numpy as np
@@ -10,7 +10,7 @@ from arbiter.candidates.nvidia._cuda import NvidiaCandidate, cupy
 class CupyRMSNorm(NvidiaCandidate):
     name = "cupy_rmsnorm"
     op = "rmsnorm"
-    tier = Tier.HAND_TUNED
+    tier = Tier.COMPOSED  # generic CuPy passes: the reference of last resort, not a vendor kernel
     priority = 10
 
     def run(self, region, params):

@@ -1,4 +1,4 @@
-"""Vendor softmax on NVIDIA: composed CuPy passes (max, subtract+exp, sum, divide), float32 for half types."""
+"""Composed softmax on NVIDIA: CuPy passes (max, subtract+exp, sum, divide), float32 for half types."""
 from __future__ import annotations
 
 import numpy as np
@@ -10,7 +10,7 @@ from arbiter.candidates.nvidia._cuda import NvidiaCandidate, cupy
 class CupySoftmax(NvidiaCandidate):
     name = "cupy_softmax"
     op = "softmax"
-    tier = Tier.HAND_TUNED
+    tier = Tier.COMPOSED  # generic CuPy passes: the reference of last resort, not a vendor kernel
     priority = 10
 
     def run(self, region, params):

@@ -42,9 +42,15 @@ class SynthMatmul(NvidiaCandidate):
         if not region.has_epilogue:
             return "no epilogue to fuse (the emitted GEMMs are this kernel without one)"
         res = region.residual
-        if res is not None and (res.strides[0] % res.itemsize or res.strides[1] % res.itemsize
-                                or min(res.strides) <= 0):
-            return f"residual strides {res.strides} are not positive whole elements"
+        if res is None:
+            return True
+        if hasattr(res, "strides"):
+            strides, size = res.strides, res.itemsize
+        else:  # a torch caller's residual (strides in elements)
+            size = res.element_size()
+            strides = tuple(st * size for st in res.stride())
+        if strides[0] % size or strides[1] % size or min(strides) <= 0:
+            return f"residual strides {strides} are not positive whole elements"
         return True
 
     def source(self):

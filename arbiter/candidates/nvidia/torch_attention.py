@@ -1,13 +1,13 @@
 """Vendor attention on NVIDIA through PyTorch: ``F.scaled_dot_product_attention`` (flash / memory-efficient
-/ cuDNN backends as PyTorch picks), on CuPy memory via DLPack.
+/ cuDNN backends as PyTorch picks), on the caller's tensors (or DLPack views of CuPy arrays).
 
-``is_causal=True`` is top-left aligned in PyTorch, as the region defines it. SDPA has no out= form, so its
-result is copied into the given out: one extra pass over the output, shown honestly in the timings.
+``is_causal=True`` is top-left aligned in PyTorch, as the region defines it. SDPA has no out= form: into a
+given out (the gate's) its result is copied; a dispatched call without out= returns SDPA's own output.
 """
 from __future__ import annotations
 
 from arbiter.candidates import register
-from arbiter.candidates.nvidia._torch import TorchCandidate, view
+from arbiter.candidates.nvidia._torch import TorchCandidate, deliver, tensor
 
 
 class TorchAttention(TorchCandidate):
@@ -17,13 +17,11 @@ class TorchAttention(TorchCandidate):
     def run(self, region, params):
         import torch.nn.functional as F
 
-        out = region.alloc_out()
-        if out.size == 0:
-            return out
-        y = F.scaled_dot_product_attention(view(region.q), view(region.k), view(region.v),
+        if 0 in region.output_shape():
+            return region.alloc_out()
+        y = F.scaled_dot_product_attention(tensor(region, "q"), tensor(region, "k"), tensor(region, "v"),
                                            is_causal=region.causal, scale=region.scale)
-        view(out).copy_(y)
-        return out
+        return deliver(region, y)
 
 
 register(TorchAttention())

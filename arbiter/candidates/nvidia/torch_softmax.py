@@ -1,8 +1,9 @@
-"""Vendor softmax on NVIDIA through PyTorch, on CuPy memory via DLPack, writing into the given out."""
+"""Vendor softmax on NVIDIA through PyTorch: ``torch.softmax`` on the caller's tensors (or DLPack views of
+CuPy arrays); into a given out through aten's out= overload (no extra copy pass)."""
 from __future__ import annotations
 
 from arbiter.candidates import register
-from arbiter.candidates.nvidia._torch import TorchCandidate, view
+from arbiter.candidates.nvidia._torch import TorchCandidate, deliver, out_tensor, tensor
 
 
 class TorchSoftmax(TorchCandidate):
@@ -12,10 +13,10 @@ class TorchSoftmax(TorchCandidate):
     def run(self, region, params):
         import torch
 
-        out = region.alloc_out()
-        # aten's out= overload writes the result straight into out: no extra copy pass.
-        torch.ops.aten._softmax.out(view(region.x), region.axis, False, out=view(out))
-        return out
+        if region.out is not None:
+            torch.ops.aten._softmax.out(tensor(region, "x"), region.axis, False, out=out_tensor(region))
+            return region.out
+        return deliver(region, torch.softmax(tensor(region, "x"), region.axis))
 
 
 register(TorchSoftmax())
