@@ -108,7 +108,12 @@ def _eps_dominated(region, rng):
     """Rows whose mean square is near ``eps`` (so eps matters), some exactly zero or constant."""
     x = region.x
     rows = x.shape[0]
-    scale = math.sqrt(region.eps) * rng.choice([0.0, 0.1, 0.5, 1.0, 2.0], rows)
+    # Squares below the accumulator's normal range (about 1e-31 in float32) lose their digits, so a caller's
+    # eps near the denormals (1.4e-45 in float32) would make this a test of underflow, not of eps: such an
+    # eps is negligible beside any representable mean square, and the rows keep a representable one.
+    acc = np.finfo(np.float64 if np.dtype(region.dtype).itemsize > 4 else np.float32)
+    unit = max(math.sqrt(region.eps), math.sqrt(float(acc.tiny) / float(acc.eps)))
+    scale = unit * rng.choice([0.0, 0.1, 0.5, 1.0, 2.0], rows)
     scale[: min(rows, 1)] = 0.0  # an all-zero (or, for layernorm, exactly constant) row
     x *= _row_offsets(region, scale / 2.0)  # benign rows have std 2
     if region.op == "layernorm":  # exactly constant rows (zero variance: the answer is bias); small integers

@@ -216,12 +216,13 @@ def _decide_by_time(decision, order, records, region, store, retime=None):
             # that drifts during a run favours whichever was timed in the quieter moment, and only a margin
             # that survives both orders is stable from one run to the next.
             retime([rival, fastest], settle=False)
-            _rank(passed, default)
             again, margin_again = separated(fastest.timing, rival.timing)
             if again:
                 margin = min(margin, margin_again)
-            else:
-                ok, margin = False, margin_again
+                _rank(passed, default)
+            else:  # the note then says who is faster now
+                fastest, rival = _rank(passed, default)
+                ok, margin = False, separated(fastest.timing, rival.timing)[1]
                 retimed = "; ".join(filter(None, [retimed, "a win not confirmed when timed again"]))
         note = _versus(fastest, rival, margin, ok)
     note = "; ".join(filter(None, [note, retimed]))

@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from arbiter.candidates import REGISTRY
+
 ROOT = Path(__file__).resolve().parent.parent
 FFT_R2C = ["--op", "fft", "--shape", "8x1000", "--dtype", "float64", "--attr", "kind=r2c"]
 FFT_KEY = "cpu:fft:float64:R:kind=r2c,inverse=0:batch8,n1000"
@@ -165,7 +167,8 @@ def test_list_env_and_help_keep_their_brackets():
 
 # --- 16.6: readable at 80 columns and in a log ----------------------------------------------------------------
 def test_tune_at_80_columns_keeps_every_word_and_says_why_one_solution_was_timed_alone(tmp_path):
-    out = ok(arbiter("--db", tmp_path / "r.db", "tune", *FFT_R2C, plugins=("plugin_failing",)))
+    out = ok(arbiter("--db", tmp_path / "r.db", "tune", *FFT_R2C,
+                     plugins=("plugin_failing", "plugin_numpy_fft_absent")))
     lines = out.splitlines()
     assert all(len(line) <= 80 for line in lines)
     for word in ("HAND_TUNED", "EMITTED", "scipy_fft", "numba_stockham_fft", "raises[/x]", "WINNER"):
@@ -176,12 +179,13 @@ def test_tune_at_80_columns_keeps_every_word_and_says_why_one_solution_was_timed
             "FFT takes any n)") in text
     assert "verdict at 8x1000: raised ValueError: boom [/y]" in text or "raised ValueError: boom [/y]" in text
     # excluded and failed are not the same, and the note says which
-    assert ("policy tier: no other solution to time: 1 excluded (unavailable or not applicable), "
+    assert ("policy tier: no other solution to time: 2 excluded (unavailable or not applicable), "
             "1 failed the gate") in text
 
 
 def test_tune_note_says_who_is_faster_and_whether_it_is_separated(tmp_path):
-    out = ok(arbiter("--db", tmp_path / "r.db", "tune", *FFT_R2C, plugins=("plugin_brackets",)))
+    out = ok(arbiter("--db", tmp_path / "r.db", "tune", *FFT_R2C,
+                     plugins=("plugin_brackets", "plugin_numpy_fft_absent")))  # two solutions timed
     note = re.search(r"policy (tier|measured): (\S+) is (\d+\.\d)% faster than (\S+)"
                      r"(, but not separated: spread (\d+\.\d)%| \(spread (\d+\.\d)%\))", joined(out))
     assert note, out
@@ -203,7 +207,8 @@ def test_tune_without_a_terminal_prints_a_line_per_key_and_per_slow_solution(tmp
     done = arbiter("--db", tmp_path / "r.db", "tune", *FFT_R2C, plugins=("plugin_sleepy",))
     ok(done)
     steps = [re.sub(r"^\[\s*\d+\.\d+s\] ", "", line) for line in done.stderr.splitlines()]
-    assert steps[0] == "key 1/1 fft 8x1000 float64 [kind=r2c]: gating and timing 3 solution(s)"
+    n = 1 + sum(len(c.param_space()) for c in REGISTRY.candidates("cpu", "fft"))  # the built-ins and sleepy_fft
+    assert steps[0] == f"key 1/1 fft 8x1000 float64 [kind=r2c]: gating and timing {n} solution(s)"
     assert any(re.fullmatch(r"  gate sleepy_fft: \d+\.\d s", s) for s in steps), steps
     assert re.fullmatch(r"key 1/1 fft 8x1000 float64 \[kind=r2c\]: \S+ \(policy .+\) in \d+\.\d s", steps[-1])
 

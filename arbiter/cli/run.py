@@ -72,8 +72,11 @@ def _how(record, decided_now: bool) -> str:
     if record.policy in ("measured", "forced"):
         how = record.policy
     else:
-        note = (record.note or "").split(":")[0]
-        how = f"tier default: {note}" if note else "tier default: first to pass the gate (untimed)"
+        note = record.note or ""
+        # the note's detail (who is faster, the spread) is in the margin and runner-up columns
+        why = ("not separated" if "not separated" in note else
+               "no other solution to time" if note.startswith("no other solution") else note.split(":")[0])
+        how = f"tier default: {why}" if why else "tier default: first to pass the gate (untimed)"
     return how + ("" if decided_now else " (stored)")
 
 

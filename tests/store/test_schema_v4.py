@@ -12,8 +12,9 @@ def test_a_v3_registry_is_upgraded_to_v4_keeping_every_counter(backend):
     st = SqlStore(db)
     st.add_counts([CountDelta(key(1), "lab_kernel", "{}", ENV, hits=7, misses=2, fallbacks=1)])
     st.close()
-    # v3 is v4 without counters.loads: take the column away and say v3, as a v3 kernel-arbiter left the file
-    backend.script(db, "ALTER TABLE counters DROP COLUMN loads; UPDATE schema_version SET version = 3")
+    # v3 is v4 without counters.loads and verdicts.origin: take the column away and say v3, as a v3 kernel-arbiter left the file
+    backend.script(db, "ALTER TABLE counters DROP COLUMN loads; ALTER TABLE verdicts DROP COLUMN origin; "
+                  "UPDATE schema_version SET version = 3")
     assert backend.query(db, "select version from schema_version") == [(3,)]
 
     again = SqlStore(db)  # opening upgrades, in one transaction
