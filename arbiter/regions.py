@@ -75,7 +75,7 @@ class Region:
         dtype = dtype_name(native.dtype)
         if dtype not in self.dtypes:
             raise RegionError(argument, f"dtype {dtype} is not supported; use one of {', '.join(self.dtypes)}")
-        if 0 in native.strides and native.size > 1:
+        if not native.flags.c_contiguous and 0 in native.strides:  # a broadcast view: cheap test first
             _check_broadcast_size(argument, native)
         return name, native, back
 
