@@ -458,6 +458,9 @@ def _products_sampled(region, y, budget, rng) -> tuple[str, float, float]:
     linear = not gated and region.activation == "none"
     rows = _sample_rows(rng, m, SAMPLED_ROWS if linear else 4 * SAMPLED_ROWS)
     cols = sorted({n - 1, int(rng.integers(0, n))} | ({n - 1 - n % 128} if n % 128 else set()))
+    if not linear:  # no Freivalds over every row: every row and column of the partial last tile of 128
+        rows = sorted(set(rows) | set(range(m - m % 128, m)))
+        cols = sorted(set(cols) | set(range(n - n % 128, n)))
     ridx, cidx = xp.asarray(rows), xp.asarray(cols)
     X = _rademacher(xp, rng, n, FREIVALDS_VECTORS) if linear else None
     a_rows = left[ridx].astype(np.float64)

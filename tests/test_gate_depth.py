@@ -182,7 +182,7 @@ def test_looser_contract_needs_consent_and_the_consent_is_keyed(only_candidates)
     decision = arbiter.arbitrate("matmul", region)
     assert decision.winner.candidate.name == "numpy_matmul"
     row = next(r for r in decision.rows if r.candidate.name == "bf16_matmul")
-    assert row.status == "failed" and "has not opted in" in row.reason
+    assert row.status == "excluded" and "has not opted in" in row.reason
     consenting = region.allow_looser()
     assert consenting.key != region.key and "accuracy=looser" in consenting.key.id
     assert arbiter.arbitrate("matmul", consenting).winner.candidate.name == "bf16_matmul"
@@ -328,3 +328,22 @@ def test_tune_dry_run_retune_stale_allocates_no_operands(tmp_path):
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "would tune matmul 131072x131072x131072" in out.stdout
+
+
+@pytest.mark.parametrize("op", ["matmul_gelu", "gated"])
+def test_nonlinear_products_at_large_shapes_check_every_tail_row_and_column(op):
+    """No Freivalds identity through an activation: the sampled check covers every row and column of the
+    partial last tile of 128, plus random ones."""
+    from arbiter.regions import Gated
+
+    rng = np.random.default_rng(11)
+    dims = {"m": 700, "n": 530, "k": 520}
+    region = (Matmul.random("cpu", "float32", dims, {"activation": "gelu", "bias": "1"}, rng=rng) if op != "gated"
+              else Gated.random("cpu", "float32", dims, rng=rng))
+    ref = op_kind(region.op).oracle(region).astype(np.float32)
+    budget = arbiter.oracles.budgets.budget_for(region.op, "float32")
+    assert check_output(region, ref.copy(), budget, rng)[0] == ""
+    for i, j in ((650, 17), (3, 520)):  # a tail row (700 % 128 = 60), a tail column (530 % 128 = 18)
+        y = ref.copy()
+        y[i, j] += 1.0
+        assert f"({i}, {j})" in check_output(region, y, budget, rng)[0]
