@@ -347,3 +347,38 @@ def test_nonlinear_products_at_large_shapes_check_every_tail_row_and_column(op):
         y = ref.copy()
         y[i, j] += 1.0
         assert f"({i}, {j})" in check_output(region, y, budget, rng)[0]
+
+
+def test_cli_tune_allow_looser_tunes_the_consenting_key(tmp_path):
+    """``arbiter tune --allow-looser``: the key carries accuracy=looser (a plug-in's bf16 GEMM may serve it)."""
+    import subprocess
+
+    plugin = tmp_path / "looser_plugin.py"
+    plugin.write_text(textwrap.dedent('''
+        import sys
+        sys.path.insert(0, %r)
+        import arbiter
+        from wrong_candidates import Bf16Matmul
+        arbiter.register(Bf16Matmul())
+    ''' % str(__import__("pathlib").Path(__file__).parent)))
+    env = {**__import__("os").environ, "ARBITER_PLUGINS": "looser_plugin",
+           "PYTHONPATH": f"{tmp_path}:{__import__('os').environ.get('PYTHONPATH', '')}"}
+    db = ["--db", str(tmp_path / "r.db")]
+    what = ["--op", "matmul", "--shape", "32x32x32"]
+    tuned = subprocess.run([sys.executable, "-m", "arbiter", *db, "tune", *what, "--allow-looser"],
+                           capture_output=True, text=True, timeout=300, env=env)
+    assert tuned.returncode == 0, tuned.stdout + tuned.stderr
+
+    def explain(*extra):
+        out = subprocess.run([sys.executable, "-m", "arbiter", *db, "explain", *what, "--json", *extra],
+                             capture_output=True, text=True, timeout=300, env=env)
+        assert out.returncode == 0, out.stdout + out.stderr
+        found = __import__("json").loads(out.stdout)
+        return found["key"], {r["solution"]: r for r in found["rows"]}
+
+    key, rows = explain()
+    assert "accuracy=looser" not in key
+    assert rows["bf16_matmul"]["status"] == "excluded" and "opted in" in rows["bf16_matmul"]["reason"]
+    key, rows = explain("--allow-looser")
+    assert "accuracy=looser" in key and rows["bf16_matmul"]["status"] == "passed"
+    assert rows["bf16_matmul"]["looser_budget"]
