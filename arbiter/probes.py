@@ -302,9 +302,9 @@ def markdown() -> str:
              "it). The gate probes, in order (`arbiter.verify.probe_plan`): the real shape with benign data and the",
              "caller's runtime scalars; the real shape again with new data, the op's first adversarial family and",
              "varied scalars; a shape of the bucket whose dimensions all differ, with tails that are not multiples of",
-             "8, 16, 32, 64 or 128; every adversarial family at the bucket's low corner; the bucket's corners with",
-             "each dimension low or high independently. Beyond the two real-shape probes the others cost at most",
-             "0.2x the real shape's work (or 2^27 work units, so small buckets are probed fully). Runtime scalars",
+             "8, 16, 32, 64 or 128 (always); every adversarial family at the bucket's low corner; the bucket's",
+             "corners with each dimension low or high independently. The families and corners together cost at",
+             "most 0.2x the real shape's work (or 2^27 work units, so small buckets are probed fully). Runtime scalars",
              "vary: eps x10 (or /10), attention scale x0.5 or x1.7, pointwise constants redrawn from +-U(0.25, 3).",
              "A family's budget replaces the op's budget for its probes only.", "",
              "| op | family | values | budget |", "| --- | --- | --- | --- |"]

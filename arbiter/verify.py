@@ -5,12 +5,14 @@
 * the real shape twice, each time with fresh random data (a memoized or stale output fails): first
   benign data with the caller's runtime scalars, then the op's first adversarial value family with
   varied scalars;
-* a shape whose dimensions all differ, with odd tails (not multiples of 8 ... 128), varied scalars;
+* a shape whose dimensions all differ, with odd tails (not multiples of 8 ... 128), varied scalars
+  (always, whatever it costs);
 * every adversarial value family of the op (``arbiter.probes``: large logits, near-constant rows,
   large offsets, tiny values, ...) at the bucket's low corner, with varied scalars;
 * the bucket's corners with each dimension low or high independently,
 
-within a cost cap (``EXTRA_WORK_FACTOR`` x the real shape's work, or ``EXTRA_WORK_FLOOR``).
+the families and corners within a cost cap (``EXTRA_WORK_FACTOR`` x the real shape's work, or
+``EXTRA_WORK_FLOOR``).
 Each probe's data is fresh (entropy-seeded; the seed is named in a failure so it can be replayed
 with ``ARBITER_GATE_SEED``). The candidate gets its own copy of the inputs and an output the gate
 allocated and poisoned with NaN itself (never the production allocator); the oracle reads a
@@ -152,10 +154,13 @@ def probe_plan(region) -> list[Probe]:
     plan = [Probe(real, probes.BENIGN, False), Probe(real, fams[1] if len(fams) > 1 else probes.BENIGN, True)]
     corners = corner_shapes(region)
     low = corners[0]
-    # In order of what they catch per unit of work: unequal dimensions with odd tails (and varied scalars),
-    # then each adversarial family at the bucket's cheapest shape, then the mixed corners.
-    extra = [Probe(skew_shape(region), probes.BENIGN, True)]
-    extra += [Probe(low, fam, True) for fam in fams[1:]]
+    # Unequal dimensions with odd tails (and varied scalars) are always probed, whatever they cost: a square
+    # first call must not certify a kernel that assumes square matrices or seq_q == seq_k. Then, within the
+    # cap, each adversarial family at the bucket's cheapest shape, then the mixed corners.
+    skew = skew_shape(region)
+    if skew != real:
+        plan.append(Probe(skew, probes.BENIGN, True))
+    extra = [Probe(low, fam, True) for fam in fams[1:]]
     extra += [Probe(c, probes.BENIGN, i % 2 == 1) for i, c in enumerate(sorted(corners, key=_cost))]
     cap = max(EXTRA_WORK_FACTOR * _cost(real), EXTRA_WORK_FLOOR)
     seen, spent = {(p.label, p.vary_scalars) for p in plan}, 0

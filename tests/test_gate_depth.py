@@ -73,6 +73,13 @@ def test_shape_bugs_fail_where_dimensions_differ():
         assert dims[2] != dims[3], v.reason  # failed at a probe with seq_q != seq_k
 
 
+def test_a_square_first_call_above_the_cost_floor_still_probes_unequal_dimensions():
+    region = _mm({"m": 600, "n": 600, "k": 600})  # bucket 1024: every other shape of it costs about as much
+    assert any(len(set(p.dims.values())) == 3 for p in probe_plan(region))
+    v = verify(SquareOnly(), {}, region)
+    assert not v.passed and "NaN" in v.reason
+
+
 def test_plan_has_repeats_families_mixed_corners_and_tails():
     region = _mm({"m": 64, "n": 64, "k": 64})
     plan = probe_plan(region)
