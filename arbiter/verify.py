@@ -163,7 +163,8 @@ def probe_plan(region) -> list[Probe]:
     extra = [Probe(low, fam, True) for fam in fams[1:]]
     extra += [Probe(c, probes.BENIGN, i % 2 == 1) for i, c in enumerate(sorted(corners, key=_cost))]
     cap = max(EXTRA_WORK_FACTOR * _cost(real), EXTRA_WORK_FLOOR)
-    seen, spent = {(p.label, p.vary_scalars) for p in plan}, 0
+    seen = {(p.label, p.vary_scalars) for p in plan}
+    spent = _cost(skew) if skew != real else 0  # the skew probe counts against the cap it is exempt from
     for probe in extra:
         if (probe.label, probe.vary_scalars) in seen or (probe.dims == real and probe.family is probes.BENIGN):
             continue
