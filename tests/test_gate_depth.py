@@ -389,3 +389,22 @@ def test_cli_tune_allow_looser_tunes_the_consenting_key(tmp_path):
     key, rows = explain("--allow-looser")
     assert "accuracy=looser" in key and rows["bf16_matmul"]["status"] == "passed"
     assert rows["bf16_matmul"]["looser_budget"]
+
+
+def test_smaller_probes_of_sampled_products_get_the_full_reference():
+    """Gated at 1024^3 is checked by samples at its real shape; the bucket's 513x515x517 probe is compared in
+    full, so one interior element wrong only there (no sampled or tail row) still fails."""
+    from arbiter.regions import Gated
+
+    class WrongInsideOtherShapes(Wrong):
+        name, op = "wrong_inside_other_shapes", "gated"
+
+        def run(self, region, params):
+            out = REGISTRY.get("numpy_gated", "cpu", "gated").run(region, params)
+            if out.shape[0] != 1024:
+                out[out.shape[0] // 2, out.shape[1] // 2] += 1.0
+            return out
+
+    region = Gated.random("cpu", "float32", {"m": 1024, "n": 1024, "k": 1024})
+    v = verify(WrongInsideOtherShapes(), {}, region)
+    assert not v.passed and v.reason.startswith("at 513x515x517") and "(256, 257)" in v.reason, v.reason
