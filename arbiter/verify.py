@@ -26,8 +26,10 @@ epilogue by Freivalds products with random sign vectors in float64 (every row's 
 the relative Frobenius error, so one wrong element anywhere fails) plus the exact reference on
 sampled rows, the last row and the last and a random column; nonlinear products (gated, matmul
 with an activation, attention) by the exact reference on sampled rows and columns plus the last
-ones; row ops (softmax, norms, fft, pointwise) by the full reference in bounded row chunks. On
-a GPU target the float64 reference is computed on the device (``oracles.on_device``).
+ones; row ops (softmax, norms, fft, pointwise) by the full reference in bounded row chunks. The
+bucket's smaller probes of the sampled products are compared in full where that costs at most a quarter
+of the real shape's work and fits the scratch bound. On a GPU target the float64 reference is computed
+on the device (``oracles.on_device``).
 
 Memory: gating a call allocates the probe's operands twice (the candidate's copy and the
 pristine one) and one output, never the caller's arrays, plus at most ``CHUNK_ELEMENTS`` float64
