@@ -30,13 +30,13 @@ import numpy as np
 from arbiter import targets
 from arbiter.oracles.budgets import Budget, budget_for
 
-_FINFO_MAX = {"float16": 65504.0, "bfloat16": 3.3895e38, "float32": 3.4028e38, "float64": 1.7976e308,
+FINFO_MAX = {"float16": 65504.0, "bfloat16": 3.3895e38, "float32": 3.4028e38, "float64": 1.7976e308,
               "complex64": 3.4028e38, "complex128": 1.7976e308}
 
 
 def exp_range(dtype: str) -> float:
     """ln(largest finite value): exp(x) overflows ``dtype`` beyond it (88.7 for float32, 11.1 for float16)."""
-    return math.log(_FINFO_MAX[dtype])
+    return math.log(FINFO_MAX[dtype])
 
 
 @dataclass(frozen=True)
@@ -133,8 +133,8 @@ def _large_magnitude(region, rng):
     """Values whose squares overflow half precision (or come near float32's range): accumulate wider."""
     x = region.x
     cols = x.shape[-1]
-    big = min(2.0 * math.sqrt(_FINFO_MAX[region.dtype]), math.sqrt(_FINFO_MAX["float32"] / max(cols, 1)) / 16.0)
-    big = min(big, _FINFO_MAX[region.dtype] / 64.0)
+    big = min(2.0 * math.sqrt(FINFO_MAX[region.dtype]), math.sqrt(FINFO_MAX["float32"] / max(cols, 1)) / 16.0)
+    big = min(big, FINFO_MAX[region.dtype] / 64.0)
     x *= big / 2.0
 
 

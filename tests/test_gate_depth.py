@@ -408,3 +408,15 @@ def test_smaller_probes_of_sampled_products_get_the_full_reference():
     region = Gated.random("cpu", "float32", {"m": 1024, "n": 1024, "k": 1024})
     v = verify(WrongInsideOtherShapes(), {}, region)
     assert not v.passed and v.reason.startswith("at 513x515x517") and "(256, 257)" in v.reason, v.reason
+
+
+def test_an_output_that_overflows_its_dtype_is_compared_as_inf():
+    """exp(12) is 162755: past float16's 65504, so every correct float16 kernel stores inf there."""
+    from arbiter.oracles.budgets import budget_for
+    from arbiter.verify import compare
+
+    ref = np.array([1.0, 162754.79, -1e6])
+    y = np.array([1.0, np.inf, -np.inf], dtype=np.float16)
+    assert compare(y, ref, budget_for("pointwise", "float16"))[0] == ""
+    assert "Inf" in compare(np.array([1.0, np.inf, 0.0], np.float32), np.array([1.0, 162754.79, 0.0]),
+                            budget_for("pointwise", "float32"))[0]
