@@ -30,13 +30,13 @@ import numpy as np
 from arbiter import targets
 from arbiter.oracles.budgets import Budget, budget_for
 
-_FINFO_MAX = {"float16": 65504.0, "bfloat16": 3.3895e38, "float32": 3.4028e38, "float64": 1.7976e308,
+FINFO_MAX = {"float16": 65504.0, "bfloat16": 3.3895e38, "float32": 3.4028e38, "float64": 1.7976e308,
               "complex64": 3.4028e38, "complex128": 1.7976e308}
 
 
 def exp_range(dtype: str) -> float:
     """ln(largest finite value): exp(x) overflows ``dtype`` beyond it (88.7 for float32, 11.1 for float16)."""
-    return math.log(_FINFO_MAX[dtype])
+    return math.log(FINFO_MAX[dtype])
 
 
 @dataclass(frozen=True)
@@ -138,8 +138,8 @@ def _large_magnitude(region, rng):
     """Values whose squares overflow half precision (or come near float32's range): accumulate wider."""
     x = region.x
     cols = x.shape[-1]
-    big = min(2.0 * math.sqrt(_FINFO_MAX[region.dtype]), math.sqrt(_FINFO_MAX["float32"] / max(cols, 1)) / 16.0)
-    big = min(big, _FINFO_MAX[region.dtype] / 64.0)
+    big = min(2.0 * math.sqrt(FINFO_MAX[region.dtype]), math.sqrt(FINFO_MAX["float32"] / max(cols, 1)) / 16.0)
+    big = min(big, FINFO_MAX[region.dtype] / 64.0)
     x *= big / 2.0
 
 
@@ -307,9 +307,9 @@ def markdown() -> str:
              "it). The gate probes, in order (`arbiter.verify.probe_plan`): the real shape with benign data and the",
              "caller's runtime scalars; the real shape again with new data, the op's first adversarial family and",
              "varied scalars; a shape of the bucket whose dimensions all differ, with tails that are not multiples of",
-             "8, 16, 32, 64 or 128; every adversarial family at the bucket's low corner; the bucket's corners with",
-             "each dimension low or high independently. Beyond the two real-shape probes the others cost at most",
-             "0.2x the real shape's work (or 2^27 work units, so small buckets are probed fully). Runtime scalars",
+             "8, 16, 32, 64 or 128 (always); every adversarial family at the bucket's low corner; the bucket's",
+             "corners with each dimension low or high independently. The families and corners together cost at",
+             "most 0.2x the real shape's work (or 2^27 work units, so small buckets are probed fully). Runtime scalars",
              "vary: eps x10 (or /10), attention scale x0.5 or x1.7, pointwise constants redrawn from +-U(0.25, 3).",
              "A family's budget replaces the op's budget for its probes only.", "",
              "| op | family | values | budget |", "| --- | --- | --- | --- |"]

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from arbiter import env as envmod
 from arbiter.candidates import REGISTRY, Candidate, params_id
 from arbiter.errors import NoCandidateError
-from arbiter.verify import Verdict, verdict_for
+from arbiter.oracles.budgets import budget_for
+from arbiter.verify import Verdict, budget_of, consents_to_looser, verdict_for
 
 
 @dataclass
@@ -72,6 +73,13 @@ def screen_row(cand: Candidate, params: dict, region) -> Row:
         row.status, row.reason = "excluded", "does not apply: " + _reason(applies, "applies_to() is False")
     elif cand.contract is not None and cand.contract.coverage == "root_only" and region.has_epilogue:
         row.status, row.reason = "excluded", "root_only delegate; the region has a fused epilogue"
+    elif cand.contract is not None and cand.contract.accuracy == "bounded" and not consents_to_looser(region):
+        declared = budget_of(cand, region.op, region.dtype)[0]
+        if declared.looser_than(budget_for(region.op, region.dtype)):
+            row.status, row.reason = "excluded", (
+                f"declares accuracy looser than the {region.op} {region.dtype} budget (rel_fro "
+                f"{declared.rel_fro:.0e}); the caller has not opted in (region.allow_looser(), "
+                "arbiter.configure(looser_accuracy=True), or --allow-looser)")
     return row
 
 

@@ -73,6 +73,13 @@ def test_shape_bugs_fail_where_dimensions_differ():
         assert dims[2] != dims[3], v.reason  # failed at a probe with seq_q != seq_k
 
 
+def test_a_square_first_call_above_the_cost_floor_still_probes_unequal_dimensions():
+    region = _mm({"m": 600, "n": 600, "k": 600})  # bucket 1024: every other shape of it costs about as much
+    assert any(len(set(p.dims.values())) == 3 for p in probe_plan(region))
+    v = verify(SquareOnly(), {}, region)
+    assert not v.passed and "NaN" in v.reason
+
+
 def test_plan_has_repeats_families_mixed_corners_and_tails():
     region = _mm({"m": 64, "n": 64, "k": 64})
     plan = probe_plan(region)
@@ -182,7 +189,7 @@ def test_looser_contract_needs_consent_and_the_consent_is_keyed(only_candidates)
     decision = arbiter.arbitrate("matmul", region)
     assert decision.winner.candidate.name == "numpy_matmul"
     row = next(r for r in decision.rows if r.candidate.name == "bf16_matmul")
-    assert row.status == "failed" and "has not opted in" in row.reason
+    assert row.status == "excluded" and "has not opted in" in row.reason
     consenting = region.allow_looser()
     assert consenting.key != region.key and "accuracy=looser" in consenting.key.id
     assert arbiter.arbitrate("matmul", consenting).winner.candidate.name == "bf16_matmul"
@@ -328,3 +335,88 @@ def test_tune_dry_run_retune_stale_allocates_no_operands(tmp_path):
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "would tune matmul 131072x131072x131072" in out.stdout
+
+
+@pytest.mark.parametrize("op", ["matmul_gelu", "gated"])
+def test_nonlinear_products_at_large_shapes_check_every_tail_row_and_column(op):
+    """No Freivalds identity through an activation: the sampled check covers every row and column of the
+    partial last tile of 128, plus random ones."""
+    from arbiter.regions import Gated
+
+    rng = np.random.default_rng(11)
+    dims = {"m": 700, "n": 530, "k": 520}
+    region = (Matmul.random("cpu", "float32", dims, {"activation": "gelu", "bias": "1"}, rng=rng) if op != "gated"
+              else Gated.random("cpu", "float32", dims, rng=rng))
+    ref = op_kind(region.op).oracle(region).astype(np.float32)
+    budget = arbiter.oracles.budgets.budget_for(region.op, "float32")
+    assert check_output(region, ref.copy(), budget, rng)[0] == ""
+    for i, j in ((650, 17), (3, 520)):  # a tail row (700 % 128 = 60), a tail column (530 % 128 = 18)
+        y = ref.copy()
+        y[i, j] += 1.0
+        assert f"({i}, {j})" in check_output(region, y, budget, rng)[0]
+
+
+def test_cli_tune_allow_looser_tunes_the_consenting_key(tmp_path):
+    """``arbiter tune --allow-looser``: the key carries accuracy=looser (a plug-in's bf16 GEMM may serve it)."""
+    import subprocess
+
+    plugin = tmp_path / "looser_plugin.py"
+    plugin.write_text(textwrap.dedent('''
+        import sys
+        sys.path.insert(0, %r)
+        import arbiter
+        from wrong_candidates import Bf16Matmul
+        arbiter.register(Bf16Matmul())
+    ''' % str(__import__("pathlib").Path(__file__).parent)))
+    env = {**__import__("os").environ, "ARBITER_PLUGINS": "looser_plugin",
+           "PYTHONPATH": f"{tmp_path}:{__import__('os').environ.get('PYTHONPATH', '')}"}
+    db = ["--db", str(tmp_path / "r.db")]
+    what = ["--op", "matmul", "--shape", "32x32x32"]
+    tuned = subprocess.run([sys.executable, "-m", "arbiter", *db, "tune", *what, "--allow-looser"],
+                           capture_output=True, text=True, timeout=300, env=env)
+    assert tuned.returncode == 0, tuned.stdout + tuned.stderr
+
+    def explain(*extra):
+        out = subprocess.run([sys.executable, "-m", "arbiter", *db, "explain", *what, "--json", *extra],
+                             capture_output=True, text=True, timeout=300, env=env)
+        assert out.returncode == 0, out.stdout + out.stderr
+        found = __import__("json").loads(out.stdout)
+        return found["key"], {r["solution"]: r for r in found["rows"]}
+
+    key, rows = explain()
+    assert "accuracy=looser" not in key
+    assert rows["bf16_matmul"]["status"] == "excluded" and "opted in" in rows["bf16_matmul"]["reason"]
+    key, rows = explain("--allow-looser")
+    assert "accuracy=looser" in key and rows["bf16_matmul"]["status"] == "passed"
+    assert rows["bf16_matmul"]["looser_budget"]
+
+
+def test_smaller_probes_of_sampled_products_get_the_full_reference():
+    """Gated at 1024^3 is checked by samples at its real shape; the bucket's 513x515x517 probe is compared in
+    full, so one interior element wrong only there (no sampled or tail row) still fails."""
+    from arbiter.regions import Gated
+
+    class WrongInsideOtherShapes(Wrong):
+        name, op = "wrong_inside_other_shapes", "gated"
+
+        def run(self, region, params):
+            out = REGISTRY.get("numpy_gated", "cpu", "gated").run(region, params)
+            if out.shape[0] != 1024:
+                out[out.shape[0] // 2, out.shape[1] // 2] += 1.0
+            return out
+
+    region = Gated.random("cpu", "float32", {"m": 1024, "n": 1024, "k": 1024})
+    v = verify(WrongInsideOtherShapes(), {}, region)
+    assert not v.passed and v.reason.startswith("at 513x515x517") and "(256, 257)" in v.reason, v.reason
+
+
+def test_an_output_that_overflows_its_dtype_is_compared_as_inf():
+    """exp(12) is 162755: past float16's 65504, so every correct float16 kernel stores inf there."""
+    from arbiter.oracles.budgets import budget_for
+    from arbiter.verify import compare
+
+    ref = np.array([1.0, 162754.79, -1e6])
+    y = np.array([1.0, np.inf, -np.inf], dtype=np.float16)
+    assert compare(y, ref, budget_for("pointwise", "float16"))[0] == ""
+    assert "Inf" in compare(np.array([1.0, np.inf, 0.0], np.float32), np.array([1.0, 162754.79, 0.0]),
+                            budget_for("pointwise", "float32"))[0]

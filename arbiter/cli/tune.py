@@ -1,6 +1,7 @@
 """``arbiter tune`` and ``arbiter explain``: measured selection from the command line."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from typing import List, Optional
@@ -154,6 +155,8 @@ def tune(
         problems += _stale_problems(target)
     if not problems:
         raise typer.BadParameter("nothing to tune: give --op/--shape, --suite, --from-recorded or --retune-stale")
+    if allow_looser:  # in the problems themselves, so spawned workers build consenting regions too
+        problems = [dataclasses.replace(p, attrs={**p.attrs, "accuracy": "looser"}) for p in problems]
 
     st = dispatch.store()
     env = envmod.environment(target)
