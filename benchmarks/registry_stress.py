@@ -192,6 +192,9 @@ def run_one(name: str, db: str, export: str, procs: int, seconds: float, flush_e
     for w in workers:
         line = w.stdout.readline().strip()
         if line != "ready":
+            for other in workers:  # none of them may run on without us
+                other.kill()
+                other.wait()
             raise SystemExit(f"a worker did not start: {line!r} {w.stderr.read()[-2000:]}")
     log(f"[{name}] all {procs} workers ready after {time.monotonic() - t0:.0f} s; go")
     start = time.monotonic()
