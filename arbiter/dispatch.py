@@ -6,12 +6,16 @@ validation framework. Everything else (a miss) goes through ``_miss``, which
 applies the miss policy:
 
 * ``tier`` (default): serve a stored solution if one is valid here, else verify
-  and choose by tier priority, and remember the choice;
+  and choose by tier priority, and remember the choice (only where the key has
+  no stored winner yet);
 * ``tune``: measure every passing solution now and persist the winner;
 * ``record``: serve as ``tier``, and record the key for later offline tuning;
 * ``strict``: serve only stored solutions; raise ``StrictMissError`` otherwise.
 
-The policy comes from the ``policy=`` argument, else ``configure(policy=...)``,
+A key whose stored winner this process cannot serve (an operand it does not
+apply to, a plug-in not loaded here, a failed gate) is served by a stand-in
+chosen by tier for this process only: the shared winner is never replaced by a
+passer-by. The policy comes from the ``policy=`` argument, else ``configure(policy=...)``,
 else the ``ARBITER_POLICY`` environment variable, else ``tier``.
 
 Two switches, read on each miss (never on the hot path):

@@ -161,8 +161,10 @@ def start() -> None:
 
 def _after_fork_in_child() -> None:
     """A forked child has no flusher thread (threads do not survive fork): start its own if the parent had one."""
-    global _lock, _pid
+    global _lock, _pid, _main_depth
     _lock = threading.Lock()
+    _main_depth = 0  # forked from another thread while the main one was inside a transaction: not this one
+    _deferred.clear()
     if _pid is not None:
         _pid = None
         start()

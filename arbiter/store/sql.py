@@ -2,7 +2,9 @@
 
 Contract, beyond ``arbiter.store.Store``:
 
-* Every write is one short transaction; a crash leaves the last committed state.
+* Every write is one short transaction, except inside ``transaction()``, where a
+  thread's writes commit together (a tuned key); a crash leaves the last
+  committed state.
   Transient lock/busy/serialization errors are retried with backoff (for up to
   ``RETRY_SECONDS``), so ``database is locked`` never reaches a caller; anything
   else becomes ``RegistryError`` naming the database and the recovery command.

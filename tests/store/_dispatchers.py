@@ -18,6 +18,9 @@ from arbiter.store import flusher
 from arbiter.store.sql import SqlStore
 
 flusher.INTERVAL_S = 3600.0  # no periodic flush within a test: every count must come from an exit path
+# A process started from a terminal gets SIGHUP's default action; one started under `nohup` inherits it ignored,
+# and an ignored signal is rightly left alone. Tests signal the former.
+signal.signal(signal.SIGHUP, signal.SIG_DFL)
 X = np.random.default_rng(0).standard_normal((4, 16)).astype(np.float32)
 
 
