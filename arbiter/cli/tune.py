@@ -10,7 +10,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.markup import escape
 from rich.table import Table
 
-from arbiter import dispatch, select
+from arbiter import cpu_threads, dispatch, select
 from arbiter import env as envmod
 from arbiter.candidates import REGISTRY
 from arbiter.cli import app, console as make_console, friendly
@@ -156,6 +156,8 @@ def tune(
     if workers > 1 or devices:
         _tune_parallel(console, [p for p, _ in todo], target, workers, devices, mode, isolate, budget_seconds)
         return
+    if todo and (warning := cpu_threads.busy(target)):
+        console.print(f"[yellow]warning: {escape(warning)}[/yellow]", highlight=False)
     runner = None
     if isolate:
         from arbiter.isolate import Isolated
