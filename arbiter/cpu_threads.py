@@ -59,3 +59,16 @@ def fields() -> dict[str, str]:
     else:
         policy = os.environ.get("OMP_WAIT_POLICY", "unset").lower()
     return {"numba_threading_layer": layer, "omp_wait_policy": policy}
+
+
+def busy(target: str) -> str | None:
+    """A warning when other processes already keep the CPU's cores busy (1-minute load average above
+    the core count), else None. Timing then measures the contention too: every parallel kernel (numba's
+    or OpenBLAS's) waits whenever one of its threads is descheduled, so margins may not repeat."""
+    if target != "cpu" or not hasattr(os, "getloadavg"):
+        return None
+    load, cores = os.getloadavg()[0], os.cpu_count() or 1
+    if load <= cores:
+        return None
+    return (f"load average {load:.1f} on {cores} cores: other processes compete for the CPU; timings are "
+            "slower and noisier than on a quiet machine, and margins may not repeat")

@@ -22,9 +22,10 @@ through the arbiter when the compiled code runs.
 
 * **Devices**: CPU tensors go to the ``cpu`` target (zero copy both ways); CUDA tensors to the
   ``nvidia`` target, results coming back as torch tensors on the same device.
-* **bfloat16**: on CUDA the tensors go to the target as bfloat16 (the key says bfloat16). NumPy has no
-  bfloat16, so on the CPU they are computed in float32 (the key says float32) and rounded to bfloat16:
-  at least as accurate as bfloat16 arithmetic; float16 stays float16.
+* **bfloat16**: on CUDA the tensors go to the target as bfloat16 (the key says bfloat16) where its
+  arrays have that dtype (CuPy >= 14 with ml_dtypes). NumPy has no bfloat16, so on the CPU (and on a
+  CuPy without it) they are computed in float32 (the key says float32) and rounded to bfloat16: at
+  least as accurate as bfloat16 arithmetic; float16 stays float16.
 * **Autograd**: inputs that require grad get gradients. The forward pass is the arbitrated op; the
   backward pass is the vector-Jacobian product of the op's reference formulation in torch
   (``REFERENCE`` below, the same definitions as the float64 oracles), recomputed from the saved inputs.
@@ -40,7 +41,7 @@ import torch.nn.functional as F
 from torch.library import custom_op
 
 import arbiter
-from arbiter import regions
+from arbiter import regions, targets
 
 # -- the reference formulations (forward in torch; their VJPs are the backward passes) ---------------
 
@@ -154,10 +155,24 @@ def _host_ready(t: Optional[torch.Tensor], work_dtype):
     return t if work_dtype is None else t.to(work_dtype)
 
 
+_native_bf16: dict[str, bool] = {}
+
+
+def _takes_bfloat16(device_type: str) -> bool:
+    """Whether the target serving ``device_type`` tensors has a bfloat16 array type (NumPy has none;
+    CuPy >= 14 with ml_dtypes has)."""
+    found = _native_bf16.get(device_type)
+    if found is None:
+        found = device_type == "cuda" and targets.get("nvidia").bfloat16() is not None
+        _native_bf16[device_type] = found
+    return found
+
+
 def _arbitrated(op: str, make_region, tensors: list, result_dtype):
     """Run ``make_region(*ready tensors)`` through the arbiter; the result as a fresh tensor."""
     first = tensors[0]
-    work = torch.float32 if first.device.type == "cpu" and first.dtype == torch.bfloat16 else None
+    bf16_in_f32 = first.dtype == torch.bfloat16 and not _takes_bfloat16(first.device.type)
+    work = torch.float32 if bf16_in_f32 else None
     ready = [_host_ready(t, work) for t in tensors]
     y = arbiter.run_arbitrated(op, make_region(*ready))
     if not torch.is_tensor(y):

@@ -140,3 +140,19 @@ def test_a_margin_over_ten_times_is_timed_again_after_a_settle_step(only_candida
     stored = {(m.candidate, m.mode): m for m in dispatch.store().load_measurements(region.key.id,
                                                                                     decision.env.fingerprint)}
     assert stored[("stalling_softmax", "device")].median_s == rows["stalling_softmax"].timing.median_s
+
+
+def test_tuning_on_a_busy_machine_says_so(tmp_path):
+    """`arbiter tune` warns when the load average exceeds the cores (this box is shared: often so)."""
+    from arbiter.cpu_threads import busy
+
+    assert busy("nvidia") is None
+    load = os.getloadavg()[0]
+    out = subprocess.run([sys.executable, "-m", "arbiter", "--db", str(tmp_path / "r.db"), "tune", "--op", "softmax",
+                          "--shape", "8x64"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    cores = os.cpu_count()
+    if load > cores + 1 and os.getloadavg()[0] > cores + 1:
+        assert f"on {cores} cores: other processes compete for the CPU" in out.stdout
+    elif load < cores - 1 and os.getloadavg()[0] < cores - 1:
+        assert "other processes compete" not in out.stdout

@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 import arbiter
-from arbiter import dispatch, select
+from arbiter import cpu_threads, dispatch, select
 from arbiter import env as envmod
 from arbiter.candidates import params_id
 from arbiter.cli import app, console as make_console, friendly, lit
@@ -24,7 +24,8 @@ RUN_HELP = """Arbitrate a built-in suite and dispatch it through run_arbitrated.
 For each key without a stored solution (policy tune, the default): gate every candidate against the
 float64 oracle, time every solution that passed, and store the winner. Then dispatch each problem
 --calls times and print per key the winner, how it was chosen (measured, or the tier default when no
-margin beat the noise), its margin over the runner-up, and how many solutions failed the gate. A second
+margin beat the noise), its margin and over which solution (the runner-up for a tier default, the
+tier default for any other winner), and how many solutions failed the gate. A second
 run serves every key from the registry, computes no verdict and no timing, and says so.
 
 --policy strict computes nothing: it lists every key the registry lacks and the command that fills
@@ -41,9 +42,11 @@ def _fill_command(suite: str, target: str) -> str:
     return shlex.join(words)
 
 
-def _gate_counts(region, st, env) -> tuple[int, int]:
-    """(solutions that failed the gate, solutions gated) for the key, from the stored verdicts only."""
+def _gate_counts(region, st, env):
+    """(solutions that failed the gate, solutions gated, the tier default) for the key, from the stored
+    verdicts only. The tier default is the first solution in tier order that passed."""
     failed = gated = 0
+    default = None
     for row in select.screen(region, all_params=True):
         if row.status != "pending":
             continue  # excluded (unavailable, does not apply): never gated
@@ -52,19 +55,33 @@ def _gate_counts(region, st, env) -> tuple[int, int]:
         if verdict is not None:
             gated += 1
             failed += not verdict.passed
-    return failed, gated
+            if verdict.passed and default is None:
+                default = (row.candidate.name, params_id(row.params))
+    return failed, gated, default
 
 
-def _margin(record, st, key_id, env) -> tuple[str, str]:
-    """(margin of the winner over the fastest other solution, that solution) from the stored timings."""
-    timings = [m for m in st.load_measurements(key_id, env.fingerprint) if m.mode == "device"]
-    mine = [m for m in timings if m.candidate == record.candidate and params_id(m.params) == params_id(record.params)]
-    others = sorted((m for m in timings if m not in mine), key=lambda m: m.median_s)
-    if not mine or not others:
+def _label(name: str, params) -> str:
+    pid = params_id(params) if isinstance(params, dict) else params
+    return name if pid == "{}" else f"{name}{pid}"
+
+
+def _margin(record, st, key_id, env, default) -> tuple[str, str]:
+    """(the winner's margin, the solution it is over), as the tuner compared them: a tier default over
+    the fastest other solution (negative when that one was faster but within the noise), any other
+    winner over the tier default; from the stored timings and the stored margin."""
+    timings = {(m.candidate, params_id(m.params)): m for m in st.load_measurements(key_id, env.fingerprint)
+               if m.mode == "device"}
+    me = (record.candidate, params_id(record.params))
+    if me not in timings or len(timings) < 2:
         return "", ""
-    runner_up = others[0]
-    label = runner_up.candidate + ("" if not runner_up.params else params_id(runner_up.params))
-    return f"{runner_up.median_s / mine[0].median_s * 100 - 100:+.0f}%", label
+    if me != default and default in timings:
+        rival = default
+    else:
+        # Screened solutions keep a short estimate (3 or 10 repetitions): ranked last, as the tuner does.
+        rival = min((k for k in timings if k != me), key=lambda k: (timings[k].screened, timings[k].median_s))
+    margin = record.margin if record.policy == "measured" and record.margin is not None else \
+        timings[rival].median_s / timings[me].median_s - 1.0
+    return f"{margin * 100:+.0f}%", _label(*rival)
 
 
 def _how(record, decided_now: bool) -> str:
@@ -109,9 +126,11 @@ def run(
                           f"  {_fill_command(suite, target)}"), highlight=False)
         raise typer.Exit(2)
 
+    if policy == "tune" and missing and (warning := cpu_threads.busy(target)):
+        console.print(lit(f"warning: {warning}", "yellow"), highlight=False)
     verdicts, timed, decided = 0, 0, set()
     table = Table(title=lit(f"decisions: suite {suite!r} on {target}, policy {policy}"), title_justify="left")
-    for col in ("problem", "winner", "how chosen", "margin", "runner-up", "gate failed", "hits", "loads", "misses"):
+    for col in ("problem", "winner", "how chosen", "margin", "over", "gate failed", "hits", "loads", "misses"):
         table.add_column(col, overflow="fold")
     steps = Steps()  # a log gets a line per key (nothing is shown until the table otherwise)
     for i, (problem, region) in enumerate(zip(problems, regions), 1):
@@ -129,8 +148,8 @@ def run(
             arbiter.run_arbitrated(problem.op, region, policy="tier" if policy == "tune" else policy)
         route = dispatch._table[region.key.id]
         record = st.load_solution(region.key.id, env.fingerprint)
-        failed, gated = _gate_counts(region, st, env)
-        margin, runner_up = _margin(record, st, region.key.id, env) if record else ("", "")
+        failed, gated, default = _gate_counts(region, st, env)
+        margin, runner_up = _margin(record, st, region.key.id, env, default) if record else ("", "")
         now = region.key.id in decided or any(r is region for _, r in missing)
         steps.say(f"key {i}/{len(problems)} {problem.label}: {route.label} ({route.policy})")
         table.add_row(lit(problem.label), lit(route.label), lit(_how(record, now)) if record else "",

@@ -12,7 +12,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
-from arbiter import dispatch, select
+from arbiter import cpu_threads, dispatch, select
 from arbiter import env as envmod
 from arbiter.candidates import REGISTRY, params_id
 from arbiter.cli import app, console as make_console, friendly, lit, require_target
@@ -180,6 +180,8 @@ def tune(
     if workers > 1 or devices:
         _tune_parallel(console, [p for p, _, _ in todo], target, workers, devices, mode, isolate, budget_seconds)
         return
+    if todo and (warning := cpu_threads.busy(target)):
+        console.print(f"[yellow]warning: {escape(warning)}[/yellow]", highlight=False)
     runner = None
     if isolate:
         from arbiter.isolate import Isolated
