@@ -51,10 +51,11 @@ def _work_of(section, k, m):
 
 
 def work(op: str, dims: dict[str, int], dtype: str) -> tuple[float, str] | None:
-    """(amount, "FLOP" | "B") one call of ``op`` at ``dims`` does; None when no model is known for the op."""
-    if op == "matmul":
+    """(amount, "FLOP" | "B") one call of ``op`` at ``dims`` does; None when no model is known for the op, or
+    the dims are not the op's (a key stored with another op's bucket, by a registry that predates the check)."""
+    if op == "matmul" and {"m", "n", "k"} <= dims.keys():
         return 2.0 * dims["m"] * dims["n"] * dims["k"], "FLOP"
-    if op in ROW_OPS and dtype in ITEMSIZE:
+    if op in ROW_OPS and dtype in ITEMSIZE and {"rows", "cols"} <= dims.keys():
         return 2.0 * dims["rows"] * dims["cols"] * ITEMSIZE[dtype], "B"  # x read once, out written once
     return None
 

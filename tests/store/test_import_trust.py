@@ -253,3 +253,20 @@ def test_reimporting_an_export_into_its_own_registry_is_one_summary_line(tmp_pat
     lines = result.stdout.strip().splitlines()
     assert len(lines) <= 12 and "... and 30 more conflict(s): 40 measurements" in text, result.stdout
     assert "40 conflict(s)" in lines[-1]
+
+
+def test_a_key_with_another_ops_bucket_already_stored_does_not_kill_report(tmp_path):
+    # Import refuses such keys now; a registry that took one before must still have its report written.
+    from arbiter.store import MeasurementRecord
+
+    now = envmod.environment("cpu")
+    db = tmp_path / "old.db"
+    st = SqlStore(str(db))
+    bad = "cpu:softmax:float32:R:axis=last:m1,n1,k1"
+    st.save_solution(SolutionRecord(bad, "numpy_softmax", "numpy_softmax@1", {}, "measured", now.fingerprint, 0.1),
+                     now)
+    st.save_measurements(bad, now.fingerprint, [MeasurementRecord("numpy_softmax", {}, "latency", 1e-3, 1e-3, 1e-3,
+                                                                  0.1, 10, 0.0, dims={"m": 1, "n": 1, "k": 1})])
+    result, text = _cli("--db", db, "report", "--out", tmp_path / "rep")
+    assert result.exit_code == 0, text  # before: "error: 'rows'"
+    assert bad in (tmp_path / "rep" / "index.html").read_text()
