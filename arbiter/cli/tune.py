@@ -181,7 +181,7 @@ def tune(
         _tune_parallel(console, [p for p, _, _ in todo], target, workers, devices, mode, isolate, budget_seconds)
         return
     if todo and (warning := cpu_threads.busy(target)):
-        console.print(f"[yellow]warning: {escape(warning)}[/yellow]", highlight=False)
+        console.print(lit(f"warning: {warning}", "yellow"), highlight=False)
     runner = None
     if isolate:
         from arbiter.isolate import Isolated
