@@ -191,6 +191,8 @@ def _tiny(region, rng):
     """Small but normal values (outputs ~1e-3 of the dtype's normal range above its smallest normal)."""
     a = region.a if region.op == "matmul" else region.x
     factor = {"float16": 2.0 ** -6, "bfloat16": 1e-18, "float32": 1e-18, "float64": 1e-150}[region.dtype]
+    if region.op == "gated":  # its output is a product of two projections of x: quadratic in the factor, and
+        factor = math.sqrt(factor)  # with the full one it would fall to the denormals that GPUs flush to zero
     a *= factor
 
 
@@ -264,7 +266,8 @@ CATALOGUE: tuple[Family, ...] = (
     Family("mixed_rows", ("matmul", "gated"),
            "rows of the left operand scaled by +-10^U(-3,3), 10% exactly zero", _mixed_rows),
     Family("tiny", ("matmul", "gated"),
-           "left operand scaled to 1e-18 (float32), 2^-6 (float16), 1e-150 (float64): outputs small but normal; "
+           "left operand scaled to 1e-18 (float32), 2^-6 (float16), 1e-150 (float64), the square root of that for "
+           "gated (its output is quadratic in x): outputs small but normal; "
            "catches absolute thresholds and flush-to-zero of normal values",
            _tiny),
     Family("wide", ("pointwise",),

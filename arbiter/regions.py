@@ -102,7 +102,9 @@ class Region:
         dtype = dtype_name(native.dtype)
         if dtype not in self.dtypes:
             raise RegionError(argument, f"dtype {dtype} is not supported; use one of {', '.join(self.dtypes)}")
-        if not native.flags.c_contiguous and 0 in native.strides:  # a broadcast view: cheap test first
+        # a broadcast view: cheap test first (a torch caller's tensor has stride() and no flags)
+        strides = native.strides if hasattr(native, "flags") else native.stride()
+        if 0 in strides and layout_class(native) != "R":
             _check_broadcast_size(argument, native)
         return name, native, back
 
@@ -121,7 +123,7 @@ class Region:
             raise RegionError("out", f"shape {tuple(native.shape)} should be {tuple(shape)}")
         if layout_class(native) != "R":
             raise RegionError("out", "must be C-contiguous")
-        if not getattr(native.flags, "writeable", True):  # CuPy arrays have no such flag: always writable
+        if not getattr(getattr(native, "flags", None), "writeable", True):  # CuPy and torch: always writable
             raise RegionError("out", "is read-only (its writeable flag is off); pass a writable array")
         self.out = native
 
@@ -270,7 +272,8 @@ def _memory_bytes() -> int:
 def _check_broadcast_size(argument: str, array) -> None:
     """A zero-stride (broadcast) view costs nothing to pass, but its output, and the gate's probes of its
     shape, are real arrays: refuse one whose logical size exceeds the machine's memory."""
-    logical = int(array.size) * array.dtype.itemsize
+    size = array.numel() if hasattr(array, "numel") else int(array.size)  # torch: numel(), itemsize
+    logical = size * array.dtype.itemsize
     limit = _memory_bytes()
     if logical > limit:
         raise RegionError(argument, f"a zero-stride (broadcast) view of shape {tuple(array.shape)} stands for "
@@ -755,7 +758,7 @@ class FFT(Region):
             raise RegionError("out", f"shape {tuple(native.shape)} should be {tuple(shape)}")
         if layout_class(native) != "R":
             raise RegionError("out", "must be C-contiguous")
-        if not getattr(native.flags, "writeable", True):  # CuPy arrays have no such flag: always writable
+        if not getattr(getattr(native, "flags", None), "writeable", True):  # CuPy and torch: always writable
             raise RegionError("out", "is read-only (its writeable flag is off); pass a writable array")
         self.out = native
 
