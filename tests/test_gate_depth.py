@@ -420,3 +420,21 @@ def test_an_output_that_overflows_its_dtype_is_compared_as_inf():
     assert compare(y, ref, budget_for("pointwise", "float16"))[0] == ""
     assert "Inf" in compare(np.array([1.0, np.inf, 0.0], np.float32), np.array([1.0, 162754.79, 0.0]),
                             budget_for("pointwise", "float32"))[0]
+
+
+def test_rounding_into_half_precision_subnormals_is_not_an_error_but_one_step_more_is():
+    """Seen on the H200: a correct fp16 GEMM stores 5.008e-7 as 4.768e-7 (the nearest fp16 subnormal); the
+    gate must not charge the format's rounding to the kernel, and must still fail an error of one spacing."""
+    from arbiter.oracles.budgets import budget_for
+    from arbiter.verify import Tally
+
+    budget = budget_for("matmul", "float16")
+    ref = np.array([[5.00795e-07]])
+    stored = ref.astype(np.float16)
+    tally = Tally()
+    assert tally.add(stored, ref, budget) == ""
+    assert tally.finish(budget)[0] == ""
+    off = (stored.astype(np.float64) + 2.0 ** -24).astype(np.float16)  # one subnormal spacing further
+    tally = Tally()
+    tally.add(off, ref, budget)
+    assert tally.finish(budget)[0] != ""
