@@ -19,6 +19,7 @@ from arbiter.candidates import REGISTRY
 from arbiter.ops import op_kind
 from arbiter.regions import Attention, LayerNorm, Matmul, Pointwise, RMSNorm, Softmax
 from arbiter.verify import CHEAP_CHECK_WORK, check_output, probe_plan, verify
+from gpu_support import requires_gpu
 from wrong_candidates import (AttentionFixedScale, AttentionNoMax, Bf16Matmul, Bf16x3, BottomRightCausal,
                               LayerNormNoEps, LayerNormOnePass, Memoized, PointwiseFixedScalar, ReluInPlace,
                               ReversedSoftmax, RMSNormFixedEps, RMSNormNoEps, SameLengths, SoftmaxNoMax,
@@ -170,6 +171,24 @@ def test_gate_version_is_part_of_the_identity(monkeypatch):
     before = cand.identity()
     monkeypatch.setattr(verify_mod, "_gate_version", "changed-budgets")
     assert cand.identity() != before
+
+
+@pytest.mark.parametrize("target", ["cpu", pytest.param("nvidia", marks=[pytest.mark.gpu, requires_gpu])])
+def test_running_every_builtin_leaves_its_identity_unchanged(target):
+    """A verdict taken in one process is found by the next only if the identity does not drift with use:
+    compile timings kept on the instance, or a module global filled on first call, once made a second
+    `arbiter run` verify again. Identities before and after gating every built-in on the quick suite agree."""
+    from arbiter.suite import suite
+
+    cands = [c for c in REGISTRY.all() if c.target == target]
+    before = {(c.op, c.name): c.identity() for c in cands}
+    for i, problem in enumerate(suite("quick")):
+        region = problem.region(target, seed=i)
+        for cand in REGISTRY.candidates(target=target, op=region.op):
+            if cand.available() is True and cand.applies_to(region) is True:
+                for params in cand.param_space():
+                    verify(cand, params, region)
+    assert {(c.op, c.name): c.identity() for c in cands} == before
 
 
 def test_project_version_comes_from_package_metadata():

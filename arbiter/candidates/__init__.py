@@ -12,6 +12,7 @@ through ``ARBITER_PLUGINS`` (comma-separated module names to import).
 """
 from __future__ import annotations
 
+import dis
 import enum
 import functools
 import hashlib
@@ -279,6 +280,17 @@ def _code_names(code) -> set:
     return names
 
 
+@functools.lru_cache(maxsize=4096)
+def _stored_globals(code) -> frozenset:
+    """Globals the function assigns (``global x; x = ...``): a lazily filled cache is state, not a constant;
+    digesting it would change the identity between the first call and the next process."""
+    names = {i.argval for i in dis.get_instructions(code) if i.opname in ("STORE_GLOBAL", "DELETE_GLOBAL")}
+    for const in code.co_consts:
+        if inspect.iscode(const):
+            names |= _stored_globals(const)
+    return frozenset(names)
+
+
 def _function_text(fn, seen: set, depth: int) -> str:
     fn = getattr(fn, "py_func", fn)  # a numba dispatcher: its Python function
     if not inspect.isfunction(fn) or id(fn) in seen or depth > _MAX_DEPTH:
@@ -298,7 +310,8 @@ def _function_text(fn, seen: set, depth: int) -> str:
             parts.append(f"cell {name}=" + _referenced_text(cell.cell_contents, seen, depth))
         except ValueError:  # an empty cell
             parts.append(f"cell {name}=<empty>")
-    for name in sorted(_code_names(code)):
+    stored = _stored_globals(code)
+    for name in sorted(_code_names(code) - stored):
         if name in fn.__globals__:
             parts.append(f"global {name}=" + _referenced_text(fn.__globals__[name], seen, depth))
     return "\n".join(parts)

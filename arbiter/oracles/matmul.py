@@ -1,34 +1,36 @@
 """Oracle for ``matmul``: ``activation(a @ b + bias) + residual`` in float64."""
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
 
 from arbiter.oracles import array_module, host64
 
-_host_erf = None
-
-
 def erf(z):
     """Elementwise erf. A device reference (``oracles.on_device``) uses CuPy's; on the host SciPy's (vectorised)
     when installed, else ``math.erf`` per element (exact, slower). SciPy is imported on first use, not with
     arbiter: it is an optional extra and costs 0.2 s to import."""
-    global _host_erf
     if array_module(z) is not np:
         from cupyx.scipy.special import erf as device_erf
 
         return device_erf(z)
-    if _host_erf is None:
-        try:
-            from scipy.special import erf as found
-        except ImportError:
-            _math_erf = np.frompyfunc(math.erf, 1, 1)
+    return _host_erf()(z)
 
-            def found(x):
-                return _math_erf(x).astype(np.result_type(x, np.float32))
-        _host_erf = found
-    return _host_erf(z)
+
+@functools.lru_cache(maxsize=None)
+def _host_erf():
+    # Found once, never stored in a module global: a global that changes on first use would change the
+    # behaviour identity of every candidate that references this module between two processes.
+    try:
+        from scipy.special import erf as found
+    except ImportError:
+        math_erf = np.frompyfunc(math.erf, 1, 1)
+
+        def found(x):
+            return math_erf(x).astype(np.result_type(x, np.float32))
+    return found
 
 
 def activation(name: str, z: np.ndarray) -> np.ndarray:
