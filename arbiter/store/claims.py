@@ -28,7 +28,7 @@ import time
 from sqlalchemy import and_, delete, func, insert, or_, select, update
 
 from arbiter.errors import RegistryError
-from arbiter.store.models import ClaimRow, RecordedKey, SolutionRow, utcnow
+from arbiter.store.models import ClaimRow, MeasurementRow, RecordedKey, utcnow
 
 LEASE_S = 60.0  # a claim not renewed for this long is taken over by another host
 
@@ -64,6 +64,13 @@ def _insert_ignoring_duplicates(conn):
     else:  # another dialect: the unique constraint still holds; a lost race is retried by SqlStore._run
         return insert(ClaimRow)
     return dialect_insert(ClaimRow).on_conflict_do_nothing(index_elements=["key", "env"])
+
+
+def _tuned():
+    """A recorded key is tuned under its environment once it has measurements there. A ``record``-policy miss
+    stores a tier solution at once (it serves meanwhile), so a solution alone does not say tuned."""
+    return select(MeasurementRow.id).where(MeasurementRow.key == RecordedKey.key,
+                                           MeasurementRow.env == RecordedKey.env).exists()
 
 
 def _claimable(now: float):
@@ -105,14 +112,13 @@ class Claims:
         sql._run(write, write=True)
 
     def offer_recorded(self, env: str) -> int:
-        """Offer every key recorded under ``env`` that has no claim yet and no solution there; returns how many."""
+        """Offer every key recorded under ``env`` that has no claim yet and is not tuned there; returns how many."""
         def write(conn):
             fresh = (select(RecordedKey.key, RecordedKey.env)
                      .where(RecordedKey.env == env,
                             ~select(ClaimRow.id).where(ClaimRow.key == RecordedKey.key,
                                                        ClaimRow.env == RecordedKey.env).exists(),
-                            ~select(SolutionRow.id).where(SolutionRow.key == RecordedKey.key,
-                                                          SolutionRow.env == RecordedKey.env).exists()))
+                            ~_tuned()))
             rows = [dict(key=k, env=e, state="open", holder="", expires=0.0, attempts=0, note="",
                          updated=utcnow()) for k, e in conn.execute(fresh).all()]
             if rows:
@@ -210,17 +216,17 @@ class Lease:
 
 
 def pending(store) -> list[dict]:
-    """Recorded keys without a solution in their environment, with their claim's state: one dict each
-    (env, target, key, state, holder, expires, attempts, note), sorted by environment then key."""
-    sql = sql_store(store) if not getattr(store, "readonly", False) else store
+    """Recorded keys not tuned in their environment (no measurements there), with their claim's state: one
+    dict each (env, target, key, state, holder, expires, attempts, note), sorted by environment then key.
+    ``store``: a ``SqlStore`` (read-only is fine)."""
+    sql = store
 
     def read(conn):
         rows = conn.execute(
             select(RecordedKey.env, RecordedKey.key, ClaimRow.state, ClaimRow.holder, ClaimRow.expires,
                    ClaimRow.attempts, ClaimRow.note)
             .outerjoin(ClaimRow, and_(ClaimRow.key == RecordedKey.key, ClaimRow.env == RecordedKey.env))
-            .where(~select(SolutionRow.id).where(SolutionRow.key == RecordedKey.key,
-                                                 SolutionRow.env == RecordedKey.env).exists())
+            .where(~_tuned())
             .order_by(RecordedKey.env, RecordedKey.key)).all()
         return rows
 
