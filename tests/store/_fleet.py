@@ -5,12 +5,14 @@ machine's own with one more field, ``test_class``, so it gets a fingerprint of i
 ``arbiter`` package reads it. Real hosts of different hardware differ in their real fields (device, driver,
 library versions) instead.
 
-* ``record DB CLASS``: a production process under the ``record`` miss policy dispatching the ``KEYS`` rmsnorm
-  shapes once each (each key recorded under its environment, served by its tier default meanwhile);
+* ``record DB CLASS [N]``: a production process under the ``record`` miss policy dispatching the ``KEYS`` rmsnorm
+  shapes (the first N) once each (each key recorded under its environment, served by its tier default meanwhile);
 * ``tune DB CLASS [ARGS...]``: ``arbiter --db DB tune ARGS`` in this process (the real CLI, claims and all);
   with ``FLEET_TEST_STALL=FILE`` its first key stalls inside the tuning (after the claim, its lease renewed by
   the heartbeat) and the key's id is written to FILE, for the test to SIGKILL it there;
-* ``serve DB CLASS``: a production process (policy ``tier``) dispatching every key once.
+* ``serve DB CLASS [N]``: a production process (policy ``tier``) dispatching every key (the first N) once, and
+  printing how many verdicts it computed. ``DB`` ``-``: the default registry (``ARBITER_DB`` over
+  ``ARBITER_SYSTEM_DB``).
 """
 from __future__ import annotations
 
@@ -35,16 +37,18 @@ def pose_as(env_class: str) -> str:
     return posed.fingerprint
 
 
-def dispatch_all(db: str, policy: str) -> None:
+def dispatch_all(db: str, policy: str, n: int = len(KEYS)) -> None:
     import arbiter
+    from arbiter import dispatch
     from arbiter.regions import RMSNorm
     from arbiter.store.sql import SqlStore
 
-    arbiter.configure(store=SqlStore(db), policy=policy)
+    arbiter.configure(store=None if db == "-" else SqlStore(db), policy=policy)
     rng = np.random.default_rng(0)
-    for rows, cols in KEYS:
+    for rows, cols in KEYS[:n]:
         x = rng.standard_normal((rows, cols)).astype(np.float32)
         arbiter.run_arbitrated("rmsnorm", RMSNorm(x, np.ones(cols, np.float32)))
+    print(f"verified {dispatch.verified_count()}", flush=True)
 
 
 def tune(db: str, args: list[str]) -> None:
@@ -70,8 +74,8 @@ if __name__ == "__main__":
     mode, db, env_class, *rest = sys.argv[1:]
     print(f"{mode} as {pose_as(env_class)}", flush=True)
     if mode == "record":
-        dispatch_all(db, "record")
+        dispatch_all(db, "record", *map(int, rest))
     elif mode == "serve":
-        dispatch_all(db, "tier")
+        dispatch_all(db, "tier", *map(int, rest))
     else:
         tune(db, rest)
