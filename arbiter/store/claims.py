@@ -73,6 +73,17 @@ def _tuned():
                                            MeasurementRow.env == RecordedKey.env).exists()
 
 
+def _reopen_untuned(conn, env: str, keys=None) -> int:
+    """Open again the ``done`` claims of ``env`` (among ``keys``) whose key has no measurements there any more
+    (pruned, deleted by hand): done and measured commit together, so this never reopens a key just tuned."""
+    measured = select(MeasurementRow.id).where(MeasurementRow.key == ClaimRow.key,
+                                               MeasurementRow.env == ClaimRow.env).exists()
+    stmt = update(ClaimRow).where(ClaimRow.env == env, ClaimRow.state == "done", ~measured)
+    if keys is not None:
+        stmt = stmt.where(ClaimRow.key.in_(keys))
+    return conn.execute(stmt.values(state="open", holder="", note="", updated=utcnow())).rowcount
+
+
 def _claimable(now: float):
     return or_(ClaimRow.state == "open", and_(ClaimRow.state == "claimed", ClaimRow.expires < now))
 
@@ -104,6 +115,7 @@ class Claims:
             conn.execute(_insert_ignoring_duplicates(conn), [dict(key=k, env=env, state="open", holder="",
                                                                    expires=0.0, attempts=0, note="",
                                                                    updated=utcnow()) for k in keys])
+            _reopen_untuned(conn, env, keys)
             if reopen:
                 conn.execute(update(ClaimRow).where(ClaimRow.env == env, ClaimRow.key.in_(keys),
                                                     ClaimRow.state.in_(("done", "failed")))
@@ -123,7 +135,7 @@ class Claims:
                          updated=utcnow()) for k, e in conn.execute(fresh).all()]
             if rows:
                 conn.execute(_insert_ignoring_duplicates(conn), rows)
-            return len(rows)
+            return len(rows) + _reopen_untuned(conn, env)
 
         return self.sql._run(write, write=True)
 
