@@ -146,10 +146,28 @@ def fresh_pg() -> tuple[str, object]:
     return make_url(admin).set(database=name).render_as_string(hide_password=False), drop
 
 
+def load_figure(url: str, envs: int, per_env: int) -> None:
+    print(f"fill: {envs} environments x {per_env:,} solutions = {envs * per_env:,} in "
+          f"{fill(url, envs, per_env):.1f} s")
+    times = []
+    for rep in range(REPS):
+        out = subprocess.run([sys.executable, __file__, "--load-only", url, env_fp(rep % envs), str(per_env)],
+                             capture_output=True, text=True, check=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        times.append([float(x) for x in out.stdout.strip().splitlines()[-1].split()])
+    med = [statistics.median(t[i] for t in times) * 1e3 for i in range(4)]
+    print(f"start-up load of one environment's {per_env:,} (of {envs * per_env:,}): median {med[0]:.0f} ms (open "
+          f"and schema check {med[1]:.0f}, bulk load {med[2]:.0f}, {per_env:,} lookups {med[3]:.0f}), min "
+          f"{min(t[0] for t in times) * 1e3:.0f}, max {max(t[0] for t in times) * 1e3:.0f} over {REPS} fresh "
+          f"processes (goal < 300 ms)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="10 x 1,000 solutions, 4 tuners, 400 keys")
     ap.add_argument("--url", help="registry URL or SQLite path (default: a fresh database on $ARBITER_TEST_PG)")
+    ap.add_argument("--tuners", type=int, help="claiming processes (default 16; 4 with --quick)")
+    ap.add_argument("--keys", type=int, help="keys offered for claiming (default 4,000; 400 with --quick)")
+    ap.add_argument("--claims-only", action="store_true", help="only the claim figure")
     ap.add_argument("--load-only", nargs=3, metavar=("URL", "ENV", "N"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.load_only:
@@ -157,23 +175,15 @@ def main() -> None:
         load_once(url, env, int(n))
         return
     envs, per_env, tuners, keys = (10, 1_000, 4, 400) if args.quick else (10, 10_000, 16, 4_000)
+    tuners, keys = args.tuners or tuners, args.keys or keys
     url, drop = (args.url, lambda: None) if args.url else fresh_pg()
     try:
         from arbiter.store.sql import SqlStore
 
         shown = SqlStore(url).where
         print(f"registry {shown}; {os.cpu_count()} CPUs; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
-        print(f"fill: {envs} environments x {per_env:,} solutions = {envs * per_env:,} in {fill(url, envs, per_env):.1f} s")
-        times = []
-        for rep in range(REPS):
-            out = subprocess.run([sys.executable, __file__, "--load-only", url, env_fp(rep % envs), str(per_env)],
-                                 capture_output=True, text=True, check=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
-            times.append([float(x) for x in out.stdout.strip().splitlines()[-1].split()])
-        med = [statistics.median(t[i] for t in times) * 1e3 for i in range(4)]
-        print(f"start-up load of one environment's {per_env:,} (of {envs * per_env:,}): median "
-              f"{med[0]:.0f} ms (open and schema check {med[1]:.0f}, bulk load {med[2]:.0f}, {per_env:,} lookups "
-              f"{med[3]:.0f}), min {min(t[0] for t in times) * 1e3:.0f}, max {max(t[0] for t in times) * 1e3:.0f} "
-              f"over {REPS} fresh processes (goal < 300 ms)")
+        if not args.claims_only:
+            load_figure(url, envs, per_env)
         c = claims_figure(url, tuners, keys)
         print(f"claims: {c['claims']:,} keys by {c['tuners']} concurrent tuners on empty work in {c['wall_s']:.1f} s "
               f"= {c['per_s']:.0f} claims/s (each claim + its done mark one transaction each); per tuner "
