@@ -328,6 +328,8 @@ def _tune_claimed(console, st, sql, env, target, todo, runner, steps, mode, reco
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
+    if budget_s is not None and not watch and time.monotonic() >= min(ends):
+        console.print(lit("--budget-seconds reached; the keys left stay open for the next run", "yellow"))
     console.print(lit(f"tuned {len(outcome.tuned)} key(s) on {target} under {env.fingerprint}"
                       + (f", {len(outcome.failed)} failed" if outcome.failed else "")
                       + (f", {len(outcome.lost)} lost to another host" if outcome.lost else "")
