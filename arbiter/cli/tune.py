@@ -290,24 +290,31 @@ def _tune_claimed(console, st, sql, env, target, todo, runner, steps, mode, reco
     ends = [time.monotonic() + s for s in (watch_s, budget_s) if s is not None]
     seeds = {key.id: seed for _, seed, key in todo}
 
+    total = "" if recorded else f"/{len(todo)}"  # recorded keys keep arriving: no total to count down
+    count = [0]
+
     def tune_key(problem, key_id):
         region = problem.region(target, seed=seeds.get(key_id, 0))
+        count[0] += 1
+        n = sum(len(c.param_space()) for c in REGISTRY.candidates(region.target, region.op))
+        label = f"key {count[0]}{total} {problem.label}"
+        steps.say(f"{label}: gating and timing {n} solution(s)" + (f" (claimed by {claims.holder})" if recorded
+                                                                   else ""))
         started = time.perf_counter()
         try:
             decision = tune_region(region, st, mode=mode, runner=runner)
         except NoCandidateError as exc:
+            steps.say(f"{label}: no solution passed the gate")
             console.print(lit(exc, "red"))
             raise
-        steps.say(f"key {problem.label}: {decision.winner.label} "
+        steps.say(f"{label}: {decision.winner.label} "
                   f"({why_chosen(decision.policy, decision.margin, decision.note)}) "
                   f"in {time.perf_counter() - started:.1f} s")
         show(console, autotune_table(problem.label, decision))
         return decision
 
     def event(kind, key_id, info):
-        if kind == "claimed":
-            steps.say(f"key {key_id}: claimed by {info['holder']}")
-        elif kind == "lost":
+        if kind == "lost":
             console.print(lit(f"lost {key_id}: {info['why']}", "yellow"))
         elif kind == "skipped":
             console.print(lit(f"skip {key_id}: tuned already"))

@@ -50,8 +50,9 @@ def sql_store(store):
     if isinstance(store, LayeredStore):
         store = store.user
     if not isinstance(store, SqlStore) or store.readonly:
+        what = "read-only" if isinstance(store, SqlStore) else "in memory"
         raise RegistryError(f"{store!r}: claims need a writable registry database (--db/ARBITER_DB), shared by "
-                            f"every host that tunes; this one is {'read-only' if store else 'in memory'}.")
+                            f"every host that tunes; this one is {what}.")
     return store
 
 
@@ -102,7 +103,9 @@ class Claims:
     def offer(self, keys, env: str, environment=None, *, reopen: bool = False) -> None:
         """Make ``keys`` (problem key ids) claimable under ``env``. Keys already offered keep their state, unless
         ``reopen`` (``tune --force``): then a done or failed claim is open again."""
-        keys = sorted(set(keys))
+        # In the order given: claims are taken in offer order, so one host tunes a suite in the suite's order
+        # (a synthesized candidate's identity can depend on the keys a process built before).
+        keys = list(dict.fromkeys(keys))
         if not keys:
             return
         sql = self.sql
@@ -110,7 +113,7 @@ class Claims:
 
         def write(conn):
             sql._put_env(conn, env, target, fields)
-            for key in keys:
+            for key in sorted(keys):  # parents in one global order, as every writer does
                 sql._put_key(conn, key)
             conn.execute(_insert_ignoring_duplicates(conn), [dict(key=k, env=env, state="open", holder="",
                                                                    expires=0.0, attempts=0, note="",
