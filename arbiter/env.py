@@ -60,6 +60,14 @@ def environment(target: str) -> EnvironmentKey:
     return key
 
 
+def adopt(target: str, fingerprint: str, fields: dict[str, str]) -> EnvironmentKey:
+    """Take a stored environment key as this process's own for ``target`` (``arbiter tune --env``: a host
+    stated to be compatible tunes for another's environment, and everything it stores is keyed under it)."""
+    key = EnvironmentKey(target, tuple(sorted((str(k), str(v)) for k, v in fields.items())), fingerprint)
+    _cache[target] = key
+    return key
+
+
 def reset() -> None:
     """Forget the captured keys (after a library upgrade in-process, or in tests)."""
     _cache.clear()

@@ -10,6 +10,7 @@ import json
 import os
 import time
 from contextlib import contextmanager
+from typing import Optional
 
 import typer
 from rich.table import Table
@@ -100,11 +101,16 @@ def stats(
     op: str = typer.Option(None, help="Only keys of this op."),
     target: str = typer.Option(None, help="Only keys of this target."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
+    pending: bool = typer.Option(False, "--pending", help="Instead: keys recorded by production but not tuned "
+                                                          "yet, per environment, with their claims."),
 ):
     """Stored solutions per key: winner, policy, tier, persisted hits/loads/misses/fallbacks, and stale entries."""
     from arbiter.candidates import params_id
     from arbiter.store.sql import current_environment
 
+    if pending:
+        _pending(target, as_json)
+        return
     with _registry_errors():
         layers = _layers()
         rows, stale = [], []
@@ -159,6 +165,32 @@ def stats(
     n_stale = sum(1 for r in rows if r["state"] == "stale")
     out.print(f"{len(rows)} solutions, {n_stale} stale, {len(zero)} current with zero hits"
               + ("; remove stale entries with `arbiter prune --stale`" if stale else ""), highlight=False)
+
+
+def _pending(target, as_json: bool) -> None:
+    """``stats --pending``: recorded-but-untuned keys per environment (``arbiter.store.claims.pending``)."""
+    from arbiter.store.claims import pending
+
+    with _registry_errors():
+        rows = [r for r in pending(_user_sql(write=False)) if not target or r["target"] == target]
+    if as_json:
+        print(json.dumps({"registry": _shown(), "pending": rows}, indent=1, default=str))
+        return
+    out = console()
+    table = Table(title=lit(f"registry {_shown()}: recorded keys not tuned yet"))
+    for col in ("environment", "key", "claim", "holder", "lease left s", "attempts"):
+        table.add_column(col, no_wrap=col not in ("key", "holder"))
+    now = time.time()
+    for r in rows:
+        left = f"{r['expires'] - now:.0f}" if r["state"] == "claimed" else ""
+        table.add_row(r["env"], lit(r["key"]), r["state"], lit(r["holder"]), left, str(r["attempts"]))
+    show(out, table)
+    per_env: dict[str, int] = {}
+    for r in rows:
+        per_env[r["env"]] = per_env.get(r["env"], 0) + 1
+    out.print(f"{len(rows)} pending key(s)" + "".join(f"; {n} under {fp}" for fp, n in per_env.items())
+              + ("; tune them with `arbiter tune --from-recorded` on a host of that environment" if rows else ""),
+              highlight=False, soft_wrap=True)
 
 
 @app.command("env")
@@ -345,16 +377,40 @@ def doctor(repair: bool = typer.Option(False, "--repair", help="Move a corrupt r
 
 
 @app.command("export")
-def export_cmd(file: str = typer.Argument(..., help="JSON file to write.")):
-    """Write the user registry (environments, candidates, verdicts, measurements, solutions) as JSON."""
+def export_cmd(
+    file: Optional[str] = typer.Argument(None, help="JSON file to write."),
+    env: Optional[str] = typer.Option(None, "--env", help="With --out: the environment fingerprint to publish."),
+    out: Optional[str] = typer.Option(None, "--out", help="Instead of JSON: write a read-only SQLite registry "
+                                                          "of --env's solutions and verdicts (ARBITER_SYSTEM_DB)."),
+):
+    """Write the user registry (environments, candidates, verdicts, measurements, solutions) as JSON; or, with
+    --env and --out, publish one environment as a read-only SQLite system registry (docs/fleet.md)."""
     from arbiter.store.transfer import export_registry, write_export
 
+    if out is not None or env is not None:
+        if file is not None or out is None or env is None:
+            raise typer.BadParameter("publishing takes --env FINGERPRINT and --out FILE, and no JSON file",
+                                     param_hint="--out" if out is None else "--env" if env is None else "FILE")
+        _publish(env, out)
+        return
+    if file is None:
+        raise typer.BadParameter("give the JSON file to write (or --env and --out to publish)", param_hint="FILE")
     with _registry_errors():
         data = export_registry(_user_sql(write=False))
     write_export(data, file)
     console().print(lit(f"wrote {file}: {len(data.solutions)} solutions, {len(data.verdicts)} verdicts, "
                         f"{len(data.measurements)} measurements, {len(data.environments)} environments"),
                     highlight=False)
+
+
+def _publish(env: str, out: str) -> None:
+    from arbiter.store.publish import publish
+
+    with _registry_errors():
+        written = publish(_user_sql(write=False), env, out)
+    console().print(lit(f"published {env} to {out} (read-only): " + ", ".join(f"{n} {k}" for k, n in
+                        written.items()) + f"; serve it with ARBITER_SYSTEM_DB={out}"), highlight=False,
+                    soft_wrap=True)
 
 
 SHOWN_CONFLICTS = 10  # conflict lines printed by `import`; the rest are summed up in one line

@@ -136,12 +136,31 @@ def tune(
                                              "or memory exhaustion fails only that solution."),
     allow_looser: bool = typer.Option(False, "--allow-looser", help="Consent to candidates declaring accuracy "
                                       "looser than the op's budget (keys get accuracy=looser)."),
+    env_fingerprint: Optional[str] = typer.Option(None, "--env", help="Tune for this stored environment "
+                                                  "fingerprint instead of this host's own (a compatible host: "
+                                                  "results are stored under it)."),
+    watch: bool = typer.Option(False, "--watch", help="With --from-recorded: keep claiming keys as production "
+                                                      "records them, until SIGINT/SIGTERM."),
+    poll_seconds: float = typer.Option(5.0, min=0.01, help="--watch: seconds between looks for new keys."),
+    watch_seconds: Optional[float] = typer.Option(None, min=0, help="--watch: stop after this many seconds."),
+    lease_seconds: float = typer.Option(60.0, min=0.1, help="A key's claim lasts this long unless renewed "
+                                                            "(renewed every third of it while tuning); a dead "
+                                                            "host's key is taken over after it."),
 ):
-    """Gate and time every solution per key; persist measured winners. Resumable: keys already tuned are skipped."""
+    """Gate and time every solution per key; persist measured winners. Resumable: keys already tuned are skipped.
+
+    With a registry database, keys are claimed one at a time with a lease (docs/fleet.md): hosts sharing one
+    registry each tune different keys, and a key is tuned once per environment."""
     console = make_console()
     if allow_looser:
         dispatch.configure(looser_accuracy=True)
     require_target(target)
+    if watch and not from_recorded:
+        raise typer.BadParameter("--watch claims keys recorded by production: give --from-recorded too",
+                                 param_hint="--watch")
+    fleet_store = _claims_store()
+    if env_fingerprint:
+        _adopt_environment(console, target, env_fingerprint, fleet_store)
     problems: list[Problem] = []
     if suite:
         problems += get_suite(suite)
@@ -149,11 +168,11 @@ def tune(
         if not shape:
             raise typer.BadParameter("give at least one --shape with --op", param_hint="--shape")
         problems += problems_from_options(op, shape, dtype, activation, bias, residual, attr)
-    if from_recorded:
+    if from_recorded and fleet_store is None:  # in memory: no claims, the recorded keys of every environment
         problems += _recorded_problems(target)
     if retune_stale:
         problems += _stale_problems(target)
-    if not problems:
+    if not problems and not (from_recorded and fleet_store is not None):
         raise typer.BadParameter("nothing to tune: give --op/--shape, --suite, --from-recorded or --retune-stale")
     if allow_looser:  # in the problems themselves, so spawned workers build consenting regions too
         problems = [dataclasses.replace(p, attrs={**p.attrs, "accuracy": "looser"}) for p in problems]
@@ -176,6 +195,12 @@ def tune(
     if dry_run:
         for problem, _, key in todo:
             console.print(lit(f"would tune {problem.label}  [{key.id}]"))
+        if from_recorded and fleet_store is not None:
+            from arbiter.store.claims import pending
+
+            for row in pending(fleet_store):
+                if row["env"] == env.fingerprint:
+                    console.print(lit(f"would tune recorded {row['key']} ({row['state']})"))
         return
     if workers > 1 or devices:
         _tune_parallel(console, [p for p, _, _ in todo], target, workers, devices, mode, isolate, budget_seconds)
@@ -189,6 +214,10 @@ def tune(
         runner = Isolated()
     steps = Steps()
     runner = _Reporting(runner, steps)
+    if fleet_store is not None:
+        _tune_claimed(console, st, fleet_store, env, target, todo, runner, steps, mode, from_recorded, force,
+                      watch, poll_seconds, watch_seconds, lease_seconds, budget_seconds)
+        return
     tuned = 0
     # The bar goes to stderr when that is a terminal; a log gets Steps' lines instead. markup=False: a key's
     # label (chain=mul[t]>...) is shown as it is.
@@ -223,6 +252,100 @@ def tune(
             tuned += 1
             progress.advance(keys_task)
     console.print(lit(f"tuned {tuned} key(s) on {target}; registry: {st!r}"))
+
+
+def _claims_store():
+    """The registry database claims live in; None when the registry is in memory (nothing to share)."""
+    from arbiter.store.claims import sql_store
+    from arbiter.errors import RegistryError
+
+    try:
+        return sql_store(dispatch.store())
+    except RegistryError:
+        return None
+
+
+def _adopt_environment(console, target: str, fingerprint: str, sql) -> None:
+    """``--env``: this process takes a stored environment key as its own (the user states the hosts are
+    compatible), so claims, verdicts, measurements and solutions are all stored under it."""
+    stored = {e["fingerprint"]: e for e in (sql.environments() if sql is not None else [])}
+    found = stored.get(fingerprint)
+    if found is None or found["target"] != target or not found["fields"]:
+        known = ", ".join(sorted(fp for fp, e in stored.items() if e["target"] == target)) or "none"
+        raise typer.BadParameter(f"{fingerprint!r} is not an environment of target {target} stored (with its "
+                                 f"fields) in this registry; stored: {known}", param_hint="--env")
+    mine = envmod.environment(target)
+    adopted = envmod.adopt(target, fingerprint, found["fields"])
+    changed = ", ".join(f"{k}: {a} here, {b} there" for k, (a, b) in mine.diff(adopted).items()) or "none"
+    console.print(lit(f"tuning for environment {fingerprint} (stated compatible; differs from this host's "
+                      f"{mine.fingerprint} in: {changed})", "yellow"), highlight=False, soft_wrap=True)
+
+
+def _tune_claimed(console, st, sql, env, target, todo, runner, steps, mode, recorded, force, watch, poll_s,
+                  watch_s, lease_s, budget_s):
+    """The claim loop (``arbiter.fleet``): each key claimed with a lease, tuned, committed with its claim done."""
+    import signal
+    import threading
+
+    from arbiter import fleet
+    from arbiter.store.claims import Claims
+
+    claims = Claims(sql, lease_s=lease_s)
+    stop = threading.Event()
+    ends = [time.monotonic() + s for s in (watch_s, budget_s) if s is not None]
+    seeds = {key.id: seed for _, seed, key in todo}
+
+    total = "" if recorded else f"/{len(todo)}"  # recorded keys keep arriving: no total to count down
+    count = [0]
+
+    def tune_key(problem, key_id):
+        region = problem.region(target, seed=seeds.get(key_id, 0))
+        count[0] += 1
+        n = sum(len(c.param_space()) for c in REGISTRY.candidates(region.target, region.op))
+        label = f"key {count[0]}{total} {problem.label}"
+        steps.say(f"{label}: gating and timing {n} solution(s)" + (f" (claimed by {claims.holder})" if recorded
+                                                                   else ""))
+        started = time.perf_counter()
+        try:
+            decision = tune_region(region, st, mode=mode, runner=runner)
+        except NoCandidateError as exc:
+            steps.say(f"{label}: no solution passed the gate")
+            console.print(lit(exc, "red"))
+            raise
+        steps.say(f"{label}: {decision.winner.label} "
+                  f"({why_chosen(decision.policy, decision.margin, decision.note)}) "
+                  f"in {time.perf_counter() - started:.1f} s")
+        show(console, autotune_table(problem.label, decision))
+        return decision
+
+    def event(kind, key_id, info):
+        if kind == "lost":
+            console.print(lit(f"lost {key_id}: {info['why']}", "yellow"))
+        elif kind == "skipped":
+            console.print(lit(f"skip {key_id}: tuned already"))
+        elif kind == "waiting":
+            steps.say(f"no key left to claim under {env.fingerprint}; looking again every {info['poll_s']:g} s")
+
+    def on_signal(signum, frame):
+        if stop.is_set():  # a second signal: stop now; the key's claim is released (KeyboardInterrupt)
+            raise KeyboardInterrupt
+        console.print(lit(f"{signal.Signals(signum).name}: stopping after the current key", "yellow"))
+        stop.set()
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)} if watch else {}
+    try:
+        outcome = fleet.work(st, claims, env.fingerprint, tune_key, problems={k.id: p for p, _, k in todo},
+                             recorded=recorded, force=force, watch=watch, poll_s=poll_s,
+                             until=min(ends) if ends else None, stop=stop, on_event=event)
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    if budget_s is not None and not watch and time.monotonic() >= min(ends):
+        console.print(lit("--budget-seconds reached; the keys left stay open for the next run", "yellow"))
+    console.print(lit(f"tuned {len(outcome.tuned)} key(s) on {target} under {env.fingerprint}"
+                      + (f", {len(outcome.failed)} failed" if outcome.failed else "")
+                      + (f", {len(outcome.lost)} lost to another host" if outcome.lost else "")
+                      + f"; registry: {st!r}"))
 
 
 class _Reporting:

@@ -15,7 +15,7 @@ from sqlalchemy import inspect, select, update
 from sqlalchemy.engine import Connection
 
 from arbiter.errors import RegistryError
-from arbiter.store.models import (SCHEMA_VERSION, Base, CandidateRow, CounterRow, MeasurementRow, RecordedKey,
+from arbiter.store.models import (SCHEMA_VERSION, Base, CandidateRow, ClaimRow, CounterRow, MeasurementRow, RecordedKey,
                                   SchemaVersion, SolutionRow, VerdictRow, utcnow)
 
 
@@ -51,7 +51,13 @@ def _v3_to_v4(conn: Connection) -> None:
     _add_column(conn, VerdictRow, "origin", "")
 
 
-STEPS = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4}
+def _v4_to_v5(conn: Connection) -> None:
+    """v5: ``claims``, fleet hosts' leases on tuning a key under an environment (``arbiter.store.claims``);
+    empty at first: claims are offered from recorded keys and tune's key lists when hosts ask for work."""
+    ClaimRow.__table__.create(conn)
+
+
+STEPS = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5}
 _PG_LOCK = 0x6B61_7262  # the advisory lock id of schema upgrades ("karb"); any constant shared by all writers
 assert sorted(STEPS) == list(range(1, SCHEMA_VERSION)), "the ladder must have one step per version"
 

@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 
 def utcnow() -> datetime:
@@ -167,3 +167,25 @@ class RecordedKey(Base):
     dims: Mapped[dict] = mapped_column(JSON, default=dict)
     created: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
+
+
+class ClaimRow(Base):
+    """v5: a fleet host's claim on tuning one key under one environment (``arbiter.store.claims``).
+
+    ``state``: ``open`` (to be tuned), ``claimed`` (``holder`` works on it until ``expires``, renewed while it
+    works; a claim past ``expires`` is open again), ``done`` (its solution committed in the same transaction)
+    or ``failed`` (no solution passed the gate; ``note`` says why). ``expires`` is Unix seconds from the
+    holder's clock: hosts' clocks must agree to well within a lease.
+    """
+
+    __tablename__ = "claims"
+    __table_args__ = (UniqueConstraint("key", "env", name="uq_claim"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    key: Mapped[str] = mapped_column(ForeignKey("problem_keys.id"))
+    env: Mapped[str] = mapped_column(ForeignKey("environments.fingerprint"), index=True)
+    state: Mapped[str] = mapped_column(String(8), default="open")
+    holder: Mapped[str] = mapped_column(String(128), default="")
+    expires: Mapped[float] = mapped_column(Float, default=0.0)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)  # claims taken; more than 1 means a lease ran out
+    note: Mapped[str] = mapped_column(Text, default="")
+    updated: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

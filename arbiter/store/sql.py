@@ -539,8 +539,10 @@ class SqlStore(Store):
     # --- solutions ----------------------------------------------------------
     @staticmethod
     def _record(row) -> SolutionRecord:
-        return SolutionRecord(row.key, row.candidate, row.identity, dict(row.params or {}), row.policy, row.env,
-                              row.margin, row.note or "", _utc(row.created))
+        # unpacked, not row.name: a start-up load builds one per stored solution of the environment (10,000s)
+        key, candidate, identity, params, policy, env, margin, note, created = row
+        return SolutionRecord(key, candidate, identity, dict(params or {}), policy, env, margin, note or "",
+                              _utc(created))
 
     def _solution_rows(self, *where) -> list[SolutionRecord]:
         cols = (SolutionRow.key, SolutionRow.candidate, SolutionRow.identity, SolutionRow.params,

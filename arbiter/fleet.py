@@ -1,0 +1,98 @@
+"""The fleet loop: claim a key, tune it under a renewed lease, commit its solution with the claim's done state.
+
+``arbiter tune`` runs it whenever the registry is a database (``arbiter.store.claims`` has the claim rules):
+hosts of one environment class sharing one registry split the keys between them, each tuned once, and a key
+whose host died is taken over when its lease runs out. ``watch`` keeps claiming keys recorded since (polling
+every ``poll_s``) until ``stop`` is set (SIGINT/SIGTERM) or ``until`` (a ``time.monotonic()`` deadline) passes.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+
+from sqlalchemy import select
+
+from arbiter.errors import NoCandidateError
+from arbiter.keys import ProblemKey
+from arbiter.store.claims import Claims, LostClaim
+from arbiter.store.models import RecordedKey
+from arbiter.suite import Problem
+
+
+@dataclass
+class Outcome:
+    tuned: list[str] = field(default_factory=list)  # key ids whose solution this host committed
+    failed: list[str] = field(default_factory=list)  # no solution passed the gate (claim marked failed)
+    lost: list[str] = field(default_factory=list)  # the lease ran out and another host took the key over
+    skipped: list[str] = field(default_factory=list)  # claimed, but tuned already here (marked done)
+
+
+def recorded_problem(claims: Claims, key_id: str, env: str) -> Problem:
+    """The Problem of a recorded key, with the real dimensions production recorded for it under ``env``."""
+    dims = claims.sql._run(lambda conn: conn.execute(select(RecordedKey.dims).where(
+        RecordedKey.key == key_id, RecordedKey.env == env)).scalar(), write=False)
+    key = ProblemKey.parse(key_id)
+    if dims is None:  # offered from a key list, not recorded: tune it at its bucket's bounds
+        dims = {n: max(v, 1) for n, v in key.bucket}
+    return Problem(key.op, dict(dims), key.dtype, dict(key.attrs))
+
+
+def work(store, claims: Claims, env: str, tune_key, *, problems: dict[str, Problem] | None = None,
+         recorded: bool = False, force: bool = False, watch: bool = False, poll_s: float = 5.0,
+         until: float | None = None, stop: threading.Event | None = None, on_event=None) -> Outcome:
+    """Claim and tune keys of ``env`` until none is left (or, with ``watch``, until ``stop``/``until``).
+
+    ``problems``: key id -> Problem offered from the command line (claimed only among these unless
+    ``recorded``); ``recorded``: also keys production recorded under ``env``. ``tune_key(problem, key_id)``
+    tunes one key (``arbiter.tune.tune_region`` underneath) and raises NoCandidateError when nothing passes.
+    ``on_event(kind, key_id, info)`` is told "claimed", "tuned", "failed", "lost", "skipped", "waiting".
+    """
+    stop = stop or threading.Event()
+    event = on_event or (lambda kind, key, info: None)
+    problems = dict(problems or {})
+    only = None if recorded else list(problems)
+    outcome = Outcome()
+    if problems:
+        claims.offer(problems, env, reopen=force)
+    waiting = False
+    while not stop.is_set() and (until is None or time.monotonic() < until):
+        key_id = claims.claim(env, only) if only is None or only else None
+        if key_id is None and recorded and claims.offer_recorded(env):
+            continue  # new recordings since the last look
+        if key_id is None:
+            if not watch:
+                break
+            if not waiting:
+                event("waiting", "", {"poll_s": poll_s})
+                waiting = True
+            stop.wait(poll_s if until is None else max(0.0, min(poll_s, until - time.monotonic())))
+            continue
+        waiting = False
+        event("claimed", key_id, {"holder": claims.holder})
+        problem = problems.get(key_id) or recorded_problem(claims, key_id, env)
+        if not force and store.load_measurements(key_id, env):
+            with store.transaction():  # tuned already (by a run that did not claim): nothing to do but say so
+                claims.finish(key_id, env, "done", "tuned already")
+            outcome.skipped.append(key_id)
+            event("skipped", key_id, {})
+            continue
+        try:
+            with claims.lease(key_id, env):
+                failed = None
+                with store.transaction():  # the key's verdicts, measurements, solution and done state: one commit
+                    try:
+                        decision = tune_key(problem, key_id)
+                    except NoCandidateError as exc:
+                        failed, decision = exc, None
+                    claims.finish(key_id, env, "failed" if failed else "done", str(failed or "")[:1000])
+        except LostClaim as exc:
+            outcome.lost.append(key_id)
+            event("lost", key_id, {"why": str(exc)})
+            continue
+        except BaseException:
+            claims.release(key_id, env)  # stopping or broken mid-key: the key is open again at once
+            raise
+        (outcome.failed if failed else outcome.tuned).append(key_id)
+        event("failed" if failed else "tuned", key_id, {"decision": decision, "error": failed})
+    return outcome

@@ -1,0 +1,269 @@
+"""Claims with leases: many hosts tune into one registry, each key tuned once per environment (issue 18).
+
+A ``claims`` row (schema v5, ``ClaimRow``) per (problem key, environment fingerprint) says who tunes that key
+for that environment. A host *offers* the keys it could tune (its command line's keys, or the keys production
+processes recorded under its environment), then *claims* them one row at a time:
+
+* the claim is one write transaction: ``SELECT ... FOR UPDATE SKIP LOCKED`` picks an open row (or one whose
+  lease ran out) that no other host is claiming at this instant, and a conditional ``UPDATE`` takes it; the
+  UPDATE's row count decides. On PostgreSQL ``SKIP LOCKED`` lets concurrent hosts pass each other's rows
+  instead of queueing on them. SQLite ignores ``FOR UPDATE``; there the same statements run inside
+  ``BEGIN IMMEDIATE`` (the database's one write lock), so no two claims interleave at all;
+* a ``Lease`` renews the claim from a heartbeat thread (every third of the lease) while the key is tuned;
+* ``finish`` marks the claim done inside the key's own ``Store.transaction()``: the solution and the done state
+  commit together, and only while this holder still holds the claim (a host that stalled past its lease and
+  lost the key to another finds rowcount 0 and commits nothing);
+* a host that dies stops renewing: after ``expires`` another host's claim takes the key over.
+
+``expires`` is Unix seconds from the claiming host's clock: hosts must keep their clocks in step (NTP) to well
+within a lease.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+
+from sqlalchemy import and_, delete, func, insert, or_, select, update
+
+from arbiter.errors import RegistryError
+from arbiter.store.models import ClaimRow, MeasurementRow, RecordedKey, utcnow
+
+LEASE_S = 60.0  # a claim not renewed for this long is taken over by another host
+
+
+class LostClaim(RegistryError):
+    """This host's lease ran out and another host took the key over: its result is not committed."""
+
+
+def holder_name() -> str:
+    """``host:pid``: who holds a claim (shown by ``arbiter stats --pending``)."""
+    return f"{socket.gethostname()}:{os.getpid()}"[:128]
+
+
+def sql_store(store):
+    """The ``SqlStore`` that holds claims: the store itself, or the user layer of a layered one."""
+    from arbiter.store.layered import LayeredStore
+    from arbiter.store.sql import SqlStore
+
+    if isinstance(store, LayeredStore):
+        store = store.user
+    if not isinstance(store, SqlStore) or store.readonly:
+        what = "read-only" if isinstance(store, SqlStore) else "in memory"
+        raise RegistryError(f"{store!r}: claims need a writable registry database (--db/ARBITER_DB), shared by "
+                            f"every host that tunes; this one is {what}.")
+    return store
+
+
+def _insert_ignoring_duplicates(conn):
+    """INSERT ... ON CONFLICT DO NOTHING on the claims table (a racing host may offer the same key)."""
+    if conn.dialect.name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as dialect_insert
+    elif conn.dialect.name == "sqlite":
+        from sqlalchemy.dialects.sqlite import insert as dialect_insert
+    else:  # another dialect: the unique constraint still holds; a lost race is retried by SqlStore._run
+        return insert(ClaimRow)
+    return dialect_insert(ClaimRow).on_conflict_do_nothing(index_elements=["key", "env"])
+
+
+def _tuned():
+    """A recorded key is tuned under its environment once it has measurements there. A ``record``-policy miss
+    stores a tier solution at once (it serves meanwhile), so a solution alone does not say tuned."""
+    return select(MeasurementRow.id).where(MeasurementRow.key == RecordedKey.key,
+                                           MeasurementRow.env == RecordedKey.env).exists()
+
+
+def _reopen_untuned(conn, env: str, keys=None) -> int:
+    """Open again the ``done`` claims of ``env`` (among ``keys``) whose key has no measurements there any more
+    (pruned, deleted by hand): done and measured commit together, so this never reopens a key just tuned."""
+    measured = select(MeasurementRow.id).where(MeasurementRow.key == ClaimRow.key,
+                                               MeasurementRow.env == ClaimRow.env).exists()
+    stmt = update(ClaimRow).where(ClaimRow.env == env, ClaimRow.state == "done", ~measured)
+    if keys is not None:
+        stmt = stmt.where(ClaimRow.key.in_(keys))
+    return conn.execute(stmt.values(state="open", holder="", note="", updated=utcnow())).rowcount
+
+
+def _claimable(now: float):
+    return or_(ClaimRow.state == "open", and_(ClaimRow.state == "claimed", ClaimRow.expires < now))
+
+
+class Claims:
+    """Claims of one holder in one registry (``store``: a ``SqlStore``, or a layered store over one)."""
+
+    def __init__(self, store, *, holder: str | None = None, lease_s: float = LEASE_S):
+        if not lease_s > 0:
+            raise ValueError(f"lease_s must be positive, got {lease_s}")
+        self.sql = sql_store(store)
+        self.holder = holder or holder_name()
+        self.lease_s = float(lease_s)
+
+    # --- offering ---------------------------------------------------------------
+    def offer(self, keys, env: str, environment=None, *, reopen: bool = False) -> None:
+        """Make ``keys`` (problem key ids) claimable under ``env``. Keys already offered keep their state, unless
+        ``reopen`` (``tune --force``): then a done or failed claim is open again."""
+        # In the order given: claims are taken in offer order, so one host tunes a suite in the suite's order
+        # (a synthesized candidate's identity can depend on the keys a process built before).
+        keys = list(dict.fromkeys(keys))
+        if not keys:
+            return
+        sql = self.sql
+        target, fields = sql._env_of(env, keys[0].split(":", 1)[0], environment)
+
+        def write(conn):
+            sql._put_env(conn, env, target, fields)
+            for key in sorted(keys):  # parents in one global order, as every writer does
+                sql._put_key(conn, key)
+            conn.execute(_insert_ignoring_duplicates(conn), [dict(key=k, env=env, state="open", holder="",
+                                                                   expires=0.0, attempts=0, note="",
+                                                                   updated=utcnow()) for k in keys])
+            _reopen_untuned(conn, env, keys)
+            if reopen:
+                conn.execute(update(ClaimRow).where(ClaimRow.env == env, ClaimRow.key.in_(keys),
+                                                    ClaimRow.state.in_(("done", "failed")))
+                             .values(state="open", holder="", note="", updated=utcnow()))
+
+        sql._run(write, write=True)
+
+    def offer_recorded(self, env: str) -> int:
+        """Offer every key recorded under ``env`` that has no claim yet and is not tuned there; returns how many."""
+        def write(conn):
+            fresh = (select(RecordedKey.key, RecordedKey.env)
+                     .where(RecordedKey.env == env,
+                            ~select(ClaimRow.id).where(ClaimRow.key == RecordedKey.key,
+                                                       ClaimRow.env == RecordedKey.env).exists(),
+                            ~_tuned()))
+            rows = [dict(key=k, env=e, state="open", holder="", expires=0.0, attempts=0, note="",
+                         updated=utcnow()) for k, e in conn.execute(fresh).all()]
+            if rows:
+                conn.execute(_insert_ignoring_duplicates(conn), rows)
+            return len(rows) + _reopen_untuned(conn, env)
+
+        return self.sql._run(write, write=True)
+
+    # --- claiming ---------------------------------------------------------------
+    def claim(self, env: str, keys=None) -> str | None:
+        """Take one claimable key of ``env`` (among ``keys`` when given) for ``lease_s``; None when none is left."""
+        keys = None if keys is None else sorted(set(keys))
+
+        def write(conn):
+            while True:
+                now = time.time()
+                pick = select(ClaimRow.id, ClaimRow.key).where(ClaimRow.env == env, _claimable(now))
+                if keys is not None:
+                    pick = pick.where(ClaimRow.key.in_(keys))
+                row = conn.execute(pick.order_by(ClaimRow.id).limit(1).with_for_update(skip_locked=True)).first()
+                if row is None:
+                    return None
+                taken = conn.execute(update(ClaimRow).where(ClaimRow.id == row.id, _claimable(now)).values(
+                    state="claimed", holder=self.holder, expires=now + self.lease_s,
+                    attempts=ClaimRow.attempts + 1, updated=utcnow())).rowcount
+                if taken == 1:  # 0: another host took it between the pick and the update (the pick was stale)
+                    return row.key
+
+        return self.sql._run(write, write=True)
+
+    def renew(self, key: str, env: str) -> bool:
+        """Push this holder's lease on (key, env) on by ``lease_s``; False when it is no longer ours."""
+        def write(conn):
+            return conn.execute(update(ClaimRow).where(*self._mine(key, env))
+                                .values(expires=time.time() + self.lease_s)).rowcount == 1
+
+        return self.sql._run(write, write=True)
+
+    def _mine(self, key, env):
+        return (ClaimRow.key == key, ClaimRow.env == env, ClaimRow.state == "claimed",
+                ClaimRow.holder == self.holder)
+
+    def finish(self, key: str, env: str, state: str = "done", note: str = "") -> None:
+        """Mark this holder's claim ``done`` (or ``failed``) in the caller's ``transaction()`` when one is open,
+        so the key's solution and its claim's state commit together. Raises LostClaim (and the transaction
+        commits nothing) when the claim is no longer this holder's."""
+        assert state in ("done", "failed")
+
+        def write(conn):
+            n = conn.execute(update(ClaimRow).where(*self._mine(key, env))
+                             .values(state=state, note=note, updated=utcnow())).rowcount
+            if n != 1:
+                raise LostClaim(f"{self.sql.where}: the claim on {key} ({env}) is no longer held by {self.holder} "
+                                f"(its {self.lease_s:g} s lease ran out and another host took it over); this "
+                                f"host's result for it is not committed.")
+
+        self.sql._write(write)
+
+    def release(self, key: str, env: str) -> None:
+        """Give a claim back unfinished (a host stopping mid-key): open at once, not after the lease."""
+        self.sql._run(lambda conn: conn.execute(update(ClaimRow).where(*self._mine(key, env)).values(
+            state="open", holder="", expires=0.0, updated=utcnow())), write=True)
+
+    def lease(self, key: str, env: str) -> "Lease":
+        return Lease(self, key, env)
+
+
+class Lease:
+    """A context manager that renews a claim every third of its lease from a heartbeat thread while the key is
+    worked on. ``lost`` is set when a renewal finds the claim gone (the key went to another host)."""
+
+    def __init__(self, claims: Claims, key: str, env: str):
+        self.claims, self.key, self.env = claims, key, env
+        self.lost = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name="arbiter-claim-heartbeat", daemon=True)
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.claims.lease_s / 3):
+            try:
+                if not self.claims.renew(self.key, self.env):
+                    self.lost.set()
+                    return
+            except RegistryError:  # the server is away for a moment: try again on the next beat
+                continue
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        return False
+
+
+def pending(store) -> list[dict]:
+    """Recorded keys not tuned in their environment (no measurements there), with their claim's state: one
+    dict each (env, target, key, state, holder, expires, attempts, note), sorted by environment then key.
+    ``store``: a ``SqlStore`` (read-only is fine)."""
+    sql = store
+
+    def read(conn):
+        rows = conn.execute(
+            select(RecordedKey.env, RecordedKey.key, ClaimRow.state, ClaimRow.holder, ClaimRow.expires,
+                   ClaimRow.attempts, ClaimRow.note)
+            .outerjoin(ClaimRow, and_(ClaimRow.key == RecordedKey.key, ClaimRow.env == RecordedKey.env))
+            .where(~_tuned())
+            .order_by(RecordedKey.env, RecordedKey.key)).all()
+        return rows
+
+    now = time.time()
+    out = []
+    for env, key, state, holder, expires, attempts, note in sql._run(read, write=False):
+        if state == "claimed" and expires < now:
+            state = "expired"
+        out.append(dict(env=env, target=key.split(":", 1)[0], key=key, state=state or "open",
+                        holder=holder or "", expires=expires, attempts=attempts or 0, note=note or ""))
+    return out
+
+
+def counts(store, env: str | None = None) -> dict[str, int]:
+    """Claims per state (only ``env``'s when given): what a test or ``stats`` checks."""
+    sql = sql_store(store)
+    where = () if env is None else (ClaimRow.env == env,)
+    rows = sql._run(lambda conn: conn.execute(select(ClaimRow.state, func.count()).where(*where)
+                                              .group_by(ClaimRow.state)).all(), write=False)
+    return dict(rows)
+
+
+def forget(conn, fingerprints) -> int:
+    """Delete the claims of these environments (``prune``)."""
+    return conn.execute(delete(ClaimRow).where(ClaimRow.env.in_(list(fingerprints)))).rowcount
