@@ -35,10 +35,10 @@ import threading
 
 from arbiter import env as envmod
 from arbiter import select
-from arbiter.candidates import REGISTRY, Fallback, params_id
+from arbiter.candidates import REGISTRY, Fallback, params_id, run_for_torch
 from arbiter.errors import RegionError, StrictMissError
 from arbiter.ladder import nearest_winners
-from arbiter.store import CountDelta, SolutionRecord, flusher
+from arbiter.store import CountDelta, MemoryStore, SolutionRecord, default_store, flusher
 
 POLICIES = ("tier", "tune", "record", "strict")
 
@@ -92,10 +92,16 @@ def store():
     if _state.store is None:
         with _state.lock:
             if _state.store is None:
-                from arbiter.store import default_store
-
-                _state.store = default_store()
+                _use_store(default_store())
     return _state.store
+
+
+def _use_store(st) -> None:
+    """Make ``st`` the process's store; counts dispatched into one that persists are flushed in the background
+    (``arbiter.store.flusher``: the store sits below dispatch, so dispatch starts it with its own ``flush``)."""
+    _state.store = st
+    if getattr(st, "persistent", False):
+        flusher.start(flush)
 
 
 def configure(*, store=None, policy: str | None = None, looser_accuracy: bool | None = None) -> None:
@@ -116,7 +122,7 @@ def configure(*, store=None, policy: str | None = None, looser_accuracy: bool | 
     with _state.lock:
         if store is not None:
             flush()
-            _state.store = store
+            _use_store(store)
             _table.clear()
             _state.routes.clear()
         if policy is not None:
@@ -145,40 +151,11 @@ def run_arbitrated(op: str, region, *, policy: str | None = None):
     else:
         route.hits += 1
     result = route.run(region, route.params) if region.torch_in is None else \
-        _run_for_torch(route.candidate, route.params, region)
+        run_for_torch(route.candidate, route.params, region)
     if type(result) is Fallback:  # the winner declined this instance: count it, serve its stand-in
         route.fallbacks += 1
         result = result.result
     return result if region.back is None else region.for_caller(result)
-
-
-def serve(candidate, params, region):
-    """Exactly what ``run_arbitrated`` executes for ``region`` once its solution is known (output
-    allocation, stream choice, the wrapper, the conversion back to the caller's array type): the
-    timing engine times this, so what is measured is what a caller runs."""
-    result = candidate.run(region, params) if region.torch_in is None else _run_for_torch(candidate, params, region)
-    if type(result) is Fallback:
-        result = result.result
-    return result if region.back is None else region.for_caller(result)
-
-
-def _run_for_torch(candidate, params, region):
-    """A torch caller's call: torch candidates run as they are (on torch's current stream, on the
-    caller's tensors); any other kernel gets CuPy views of the tensors and runs on torch's current
-    stream too, so it stays in order with the caller's torch work."""
-    if getattr(candidate, "torch_native", False):
-        return candidate.run(region, params)
-    from arbiter.targets.nvidia import torch_stream
-
-    views = region.cupy_views()
-    stream = torch_stream()
-    if stream is None:
-        result = candidate.run(views, params)
-    else:
-        with stream:
-            result = candidate.run(views, params)
-    region.torch_out = views.torch_out  # the torch tensor behind a new output, handed to the caller
-    return result
 
 
 # --- bound handles (hot loops) -----------------------------------------------
@@ -220,7 +197,7 @@ class Bound:
         else:
             route.hits += 1
         result = route.run(region, route.params) if region.torch_in is None else \
-            _run_for_torch(route.candidate, route.params, region)
+            run_for_torch(route.candidate, route.params, region)
         if type(result) is Fallback:
             route.fallbacks += 1
             result = result.result
@@ -326,8 +303,6 @@ def _announce(route, how: str, decision=None) -> None:
 
 def _serve_disabled(region):
     """ARBITER_DISABLE: the tier default, gated with verdicts in memory; the registry is never opened."""
-    from arbiter.store import MemoryStore
-
     with _state.lock:
         if _state.scratch is None:
             _state.scratch = MemoryStore()

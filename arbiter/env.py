@@ -71,3 +71,11 @@ def adopt(target: str, fingerprint: str, fields: dict[str, str]) -> EnvironmentK
 def reset() -> None:
     """Forget the captured keys (after a library upgrade in-process, or in tests)."""
     _cache.clear()
+
+
+def current_environment(target: str) -> tuple[EnvironmentKey | None, str]:
+    """``(EnvironmentKey, "")`` for a target usable here, else ``(None, why not)``."""
+    try:
+        return environment(target), ""
+    except Exception as exc:  # a target whose library is missing cannot say what its environment is
+        return None, f"{type(exc).__name__}: {exc}"

@@ -30,7 +30,7 @@ class Outcome:
 
 def recorded_problem(claims: Claims, key_id: str, env: str) -> Problem:
     """The Problem of a recorded key, with the real dimensions production recorded for it under ``env``."""
-    dims = claims.sql._run(lambda conn: conn.execute(select(RecordedKey.dims).where(
+    dims = claims.sql.transact(lambda conn: conn.execute(select(RecordedKey.dims).where(
         RecordedKey.key == key_id, RecordedKey.env == env)).scalar(), write=False)
     key = ProblemKey.parse(key_id)
     if dims is None:  # offered from a key list, not recorded: tune it at its bucket's bounds

@@ -21,7 +21,8 @@ import time
 import traceback
 from dataclasses import dataclass
 
-from arbiter.verify import Verdict, budget_of
+from arbiter.store import Verdict
+from arbiter.verify import budget_of
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,13 @@ object with ``bound(n)`` and ``edges(bound)``.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+
+
+def params_id(params: dict) -> str:
+    """Canonical text of a parameter set (the stored solution index)."""
+    return json.dumps(params, sort_keys=True, separators=(",", ":")) if params else "{}"
 
 
 class Pow2:
@@ -93,6 +99,11 @@ class ProblemKey:
 
     def __str__(self):
         return self.id
+
+    @property
+    def fields(self) -> dict[str, str]:
+        """The six parts of ``id`` by name, as text (what the registry's problem_keys table stores)."""
+        return dict(zip(("target", "op", "dtype", "layout", "attrs", "bucket"), self.id.split(":")))
 
     @property
     def shape_text(self) -> str:

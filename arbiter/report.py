@@ -36,10 +36,9 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from arbiter.candidates import params_id
-from arbiter.env import EnvironmentKey
 from arbiter.keys import ProblemKey
 from arbiter.store import CountDelta, MeasurementRecord, SolutionRecord
-from arbiter.store.sql import current_environment
+from arbiter.store import inventory
 
 ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
 ROW_OPS = ("softmax", "rmsnorm", "layernorm")
@@ -130,23 +129,11 @@ class Report:
 
 def collect(layers: list[tuple[str, object]], *, target: str | None = None, op: str | None = None) -> Report:
     """Read every layer (user first: it wins a (key, environment) both hold) into a ``Report``."""
-    envs: dict[str, dict] = {}
-    for _, sql in reversed(layers):  # the user layer's fields win
-        for e in sql.environments():
-            if e["fields"] or e["fingerprint"] not in envs:
-                envs[e["fingerprint"]] = {"target": e["target"], "fields": e["fields"]}
-    for fp, e in envs.items():
-        now, why = current_environment(e["target"])
-        e["state"] = "not checked" if now is None else "current" if now.fingerprint == fp else "stale"
-        e["why"] = why
-        e["now"] = now
-
-    solutions: dict[tuple[str, str], tuple[str, SolutionRecord]] = {}
+    envs = inventory.environments(layers)
+    solutions = inventory.solutions(layers)
     rejected: dict[tuple[str, str], list[Rejected]] = {}
     looser: dict[tuple[str, str], dict[str, object]] = {}
     for name, sql in layers:
-        for r in sql.solutions():
-            solutions.setdefault((r.key, r.env), (name, r))
         for vkey, cand, verdict in sql.verdicts():
             if not verdict.passed:
                 rejected.setdefault((vkey.key, vkey.env), []).append(
@@ -171,8 +158,8 @@ def collect(layers: list[tuple[str, object]], *, target: str | None = None, op: 
         layer, record = solutions.get((key_id, env), (layers[0][0] if layers else "user", None))
         if info["state"] == "stale":
             if record is not None:
-                old = EnvironmentKey(key.target, tuple(sorted(info["fields"].items())), env)
-                stale.append(StaleEntry(layer, record, old.diff(info["now"]) if info["fields"] else {}))
+                stale.append(StaleEntry(layer, record, inventory.changed(key.target, info["fields"], env,
+                                                                         info["now"])))
             continue
         measurements = []
         for _, sql in layers:

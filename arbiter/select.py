@@ -14,7 +14,8 @@ from arbiter import env as envmod
 from arbiter.candidates import REGISTRY, Candidate, params_id
 from arbiter.errors import NoCandidateError
 from arbiter.oracles.budgets import budget_for
-from arbiter.verify import Verdict, budget_of, consents_to_looser, verdict_for
+from arbiter.store import Verdict
+from arbiter.verify import budget_of, consents_to_looser, verdict_for
 
 
 @dataclass

@@ -5,7 +5,7 @@
 time, whether it was screened out early).
 
 What is timed is what ``run_arbitrated`` executes for a caller without ``out=``
-(``arbiter.dispatch.serve``): the candidate's wrapper, its output allocation
+(``arbiter.candidates.serve``): the candidate's wrapper, its output allocation
 (CuPy's pool, or torch's caching allocator for a torch caller), the stream
 choice and the conversion back to the caller's array type. Nothing is
 preallocated for it; the gate's NaN-poisoned outputs belong to the gate only.
@@ -42,6 +42,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from arbiter import targets
+from arbiter.candidates import serve
 
 MODES = ("device", "latency", "stream")
 STREAM_CALLS = 20  # calls per sample in stream mode
@@ -202,9 +203,7 @@ def measure(candidate, params: dict, region, *, mode: str = "device", min_reps: 
             target_spread: float = 0.03, time_cap_s: float = 1.0, best_so_far: float | None = None,
             screen=DEFAULT_SCREEN, seed: int = 0) -> Measurement:
     """Time one solution on ``region`` (which must already have passed the gate), as ``run_arbitrated``
-    runs it (``arbiter.dispatch.serve``)."""
-    from arbiter.dispatch import serve
-
+    runs it (``arbiter.candidates.serve``)."""
     if mode not in MODES:
         raise ValueError(f"mode: {mode!r} is not one of {', '.join(MODES)}")
     sets = input_sets(region, timer_for(region.target), np.random.default_rng(seed))

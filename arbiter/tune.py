@@ -21,9 +21,8 @@ import time
 from arbiter import select
 from arbiter.candidates import params_id
 from arbiter.errors import NoCandidateError
-from arbiter.store import MeasurementRecord, SolutionRecord, VerdictKey
+from arbiter.store import MeasurementRecord, SolutionRecord, Verdict, VerdictKey
 from arbiter.timing import MODES, Measurement, measure
-from arbiter.verify import Verdict
 
 SEPARATION = 2.0  # a margin must exceed twice the relative spread to count
 # A winner more than RETIME_RATIO x faster than its rival is more often a stalled rival (threads of

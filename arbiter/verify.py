@@ -41,17 +41,14 @@ the opt-in is part of the problem key (attribute ``accuracy=looser``).
 
 ``verdict_for`` adds the cache: one verdict per (behaviour identity, solution index, problem key,
 environment), where the identity covers the candidate's code, the project modules it uses, its
-captured constants and the gate's own version (``gate_version``).
+captured constants and the gate's own version (``arbiter.gate.gate_version``).
 """
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import inspect
 import itertools
 import math
 import os
-import sys
 import time
 from dataclasses import dataclass
 
@@ -63,7 +60,7 @@ from arbiter.keys import POW2
 from arbiter.oracles import array_module
 from arbiter.oracles.budgets import Budget, budget_for
 from arbiter.ops import op_kind
-from arbiter.store import VerdictKey
+from arbiter.store import Verdict, VerdictKey
 
 # Beyond the two real-shape probes, the other probes together cost at most this multiple of the real
 # shape's work ("work units": m*n*k for matmul, rows*cols for row ops), or EXTRA_WORK_FLOOR units,
@@ -78,23 +75,6 @@ CHUNK_ELEMENTS = 1 << 20
 FREIVALDS_VECTORS = 4
 SAMPLED_ROWS = 8
 LOOSER_ATTR = ("accuracy", "looser")
-
-
-@dataclass(frozen=True)
-class Verdict:
-    passed: bool
-    reason: str  # "" when passed; otherwise what failed, at which probe
-    rel_error: float  # worst relative Frobenius error over the probes (nan when none was computed)
-    max_excess: float  # worst elementwise |y-ref| / allowed (<= 1 passes)
-    probes: tuple[str, ...]  # the probes run, e.g. ("63x65x17", "63x65x17 mixed_rows", "33x33x17 tiny", ...)
-    budget: Budget
-    looser_budget: bool  # the candidate declared a budget looser than the published one
-    seconds: float
-
-    def __str__(self):
-        if self.passed:
-            return f"pass (rel {self.rel_error:.2e})"
-        return f"FAIL {self.reason}"
 
 
 @dataclass(frozen=True)
@@ -697,28 +677,7 @@ def verify(candidate: Candidate, params: dict, region) -> Verdict:
     return verdict()
 
 
-# --- the gate's own version and the verdict cache --------------------------------
-_GATE_MODULES = ("arbiter.verify", "arbiter.probes", "arbiter.oracles", "arbiter.oracles.budgets",
-                 "arbiter.ops", "arbiter.keys")
-_gate_version: str | None = None
-
-
-def gate_version() -> str:
-    """A digest of the gate's rules: this module, the probe catalogue, budgets, every op's oracle."""
-    global _gate_version
-    if _gate_version is None:
-        h = hashlib.sha256()
-        names = list(_GATE_MODULES) + sorted({k.oracle.__module__ for k in __import__("arbiter.ops").ops.OPS.values()})
-        for name in names:
-            module = sys.modules.get(name)
-            try:
-                h.update(inspect.getsource(module).encode())
-            except (OSError, TypeError):
-                h.update(name.encode())
-        _gate_version = h.hexdigest()[:12]
-    return _gate_version
-
-
+# --- the verdict cache ------------------------------------------------------------------
 def verdict_for(candidate: Candidate, params: dict, region, store, env, verifier=None) -> tuple[Verdict, bool]:
     """The cached verdict, or a new one (saved). Returns (verdict, was_computed_now).
 

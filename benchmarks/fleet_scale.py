@@ -62,7 +62,7 @@ def fill(url: str, envs: int, per_env: int) -> float:
                      params={"tile": 8 << (i % 4)}, policy="measured", margin=0.2, note="", created=utcnow())
                 for i in range(per_env)])
 
-    st._run(write, write=True)
+    st.transact(write, write=True)
     st.close()
     return time.perf_counter() - started
 
@@ -118,7 +118,7 @@ def claims_figure(url: str, tuners: int, keys: int) -> dict:
         p.join()
     total = sum(n for _, n, _, _ in got)
     wall = max(end for *_, end in got) - min(start for _, _, start, _ in got)
-    rows = st._run(lambda conn: conn.exec_driver_sql(
+    rows = st.transact(lambda conn: conn.exec_driver_sql(
         "select state, attempts, count(*) from claims group by state, attempts").all(), write=False)
     st.close()
     assert total == keys and [tuple(r) for r in rows] == [("done", 1, keys)], (total, rows)

@@ -20,7 +20,8 @@ from sqlalchemy import create_engine, select  # noqa: E402
 
 from arbiter.store import SolutionRecord  # noqa: E402
 from arbiter.store.models import SolutionRow  # noqa: E402
-from arbiter.store.sql import SqlStore, to_url  # noqa: E402
+from arbiter.store.diagnostics import to_url  # noqa: E402
+from arbiter.store.sql import SqlStore  # noqa: E402
 
 N, REPS, ENV = 10_000, 7, "cd" * 10
 

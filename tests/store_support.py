@@ -90,7 +90,7 @@ class Backend:
         """Rows of one SQL statement, read straight from the database (not through a SqlStore)."""
         from sqlalchemy import create_engine, text
 
-        from arbiter.store.sql import to_url
+        from arbiter.store.diagnostics import to_url
 
         engine = create_engine(to_url(url), poolclass=_null_pool())
         try:
@@ -103,7 +103,7 @@ class Backend:
         """Run ``;``-separated DDL/DML in one transaction (building an old-schema registry by hand)."""
         from sqlalchemy import create_engine
 
-        from arbiter.store.sql import to_url
+        from arbiter.store.diagnostics import to_url
 
         engine = create_engine(to_url(url), poolclass=_null_pool())
         try:

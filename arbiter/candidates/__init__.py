@@ -26,6 +26,11 @@ import warnings
 from dataclasses import dataclass
 from typing import Callable, ClassVar
 
+from arbiter import gate
+from arbiter.keys import params_id
+from arbiter.store import set_tier_lookup
+
+__all__ = ["params_id"]  # re-exported: the solution index's text, used wherever candidates are
 ENTRY_POINT_GROUP = "kernel_arbiter.candidates"
 
 
@@ -97,9 +102,33 @@ class Fallback:
         self.reason = reason
 
 
-def params_id(params: dict) -> str:
-    """Canonical text of a parameter set (the stored solution index)."""
-    return json.dumps(params, sort_keys=True, separators=(",", ":")) if params else "{}"
+def serve(candidate, params, region):
+    """Exactly what ``arbiter.dispatch.run_arbitrated`` executes for ``region`` once its solution is known
+    (output allocation, stream choice, the wrapper, the conversion back to the caller's array type): the
+    timing engine times this, so what is measured is what a caller runs."""
+    result = candidate.run(region, params) if region.torch_in is None else run_for_torch(candidate, params, region)
+    if type(result) is Fallback:
+        result = result.result
+    return result if region.back is None else region.for_caller(result)
+
+
+def run_for_torch(candidate, params, region):
+    """A torch caller's call: torch candidates run as they are (on torch's current stream, on the
+    caller's tensors); any other kernel gets CuPy views of the tensors and runs on torch's current
+    stream too, so it stays in order with the caller's torch work."""
+    if getattr(candidate, "torch_native", False):
+        return candidate.run(region, params)
+    from arbiter.targets.nvidia import torch_stream  # only for a torch caller, whose tensors may be on CUDA
+
+    views = region.cupy_views()
+    stream = torch_stream()
+    if stream is None:
+        result = candidate.run(views, params)
+    else:
+        with stream:
+            result = candidate.run(views, params)
+    region.torch_out = views.torch_out  # the torch tensor behind a new output, handed to the caller
+    return result
 
 
 class Candidate:
@@ -355,8 +384,6 @@ def _referenced_text(value, seen: set, depth: int) -> str:
 
 def behaviour_text(candidate) -> str:
     """Everything ``Candidate.identity`` digests (see the section comment above)."""
-    from arbiter.verify import gate_version
-
     seen: set = set()
     funcs = candidate.functions()
     # source() reads files (and the BLAS identity): cached per class and code objects, which a reload replaces
@@ -364,7 +391,7 @@ def behaviour_text(candidate) -> str:
     source = _code_text.get(skey)
     if source is None:
         source = _code_text[skey] = candidate.source()
-    parts = [source, f"gate={gate_version()}"]
+    parts = [source, f"gate={gate.gate_version()}"]
     for fn in funcs:
         parts.append(_function_text(fn, seen, 0))
     attrs = {k: v for k, v in vars(candidate).items() if not k.startswith("_") or k in ("_available", "_applies")}
@@ -459,6 +486,18 @@ class CandidateRegistry:
 
 
 REGISTRY = CandidateRegistry()
+
+
+def _stored_tier(name: str, target: str, op: str) -> str:
+    """The tier name the registry records with a candidate row ("" for one not registered here)."""
+    try:
+        cand = REGISTRY.get(name, target, op)
+    except ImportError:
+        cand = None
+    return cand.tier.name if cand is not None else ""
+
+
+set_tier_lookup(_stored_tier)  # the store sits below the candidates: they tell it, it never imports them
 
 
 def register(candidate: Candidate) -> Candidate:

@@ -20,6 +20,8 @@ from arbiter.candidates import Tier
 from arbiter.cli import app, console, error, lit
 from arbiter.cli.output import show
 from arbiter.errors import RegistryError
+from arbiter.keys import ProblemKey
+from arbiter.store import inventory
 
 
 @contextmanager
@@ -41,7 +43,7 @@ def _shown() -> str:
     """The user registry as printed: a server URL's password is replaced by ``***``."""
     from sqlalchemy.engine import make_url
 
-    from arbiter.store.sql import is_url
+    from arbiter.store.diagnostics import is_url
 
     where = _where()
     return make_url(where).render_as_string(hide_password=True) if is_url(where) else where
@@ -50,15 +52,8 @@ def _shown() -> str:
 def _layers() -> list[tuple[str, object]]:
     """[("user", SqlStore), ("system", SqlStore)] of the default store; [] when it fell back to memory."""
     from arbiter.store import default_store
-    from arbiter.store.layered import LayeredStore, ReadOnlyUserStore
-    from arbiter.store.sql import SqlStore
 
-    st = default_store()
-    layered = isinstance(st, LayeredStore) and not isinstance(st, ReadOnlyUserStore)
-    pairs = [("user", st.user), ("system", st.system)] if layered else [("user", st)]
-    # A user registry this process cannot write is served read-only under an in-memory layer: show that one.
-    pairs = [(name, s.system if isinstance(s, ReadOnlyUserStore) else s) for name, s in pairs]
-    return [(name, s) for name, s in pairs if isinstance(s, SqlStore)]
+    return inventory.layers(default_store())
 
 
 def _user_sql(write: bool):
@@ -71,22 +66,6 @@ def _user_sql(write: bool):
         raise RegistryError(f"{_shown()}: readable but not writable by you, so nothing was changed. Make it "
                             f"writable for you, or set --db/ARBITER_DB to a path of your own.")
     return layers["user"]
-
-
-def _stale_envs(sql) -> list[dict]:
-    """Stored environments of targets usable here whose fingerprint is not the current one, with the diff."""
-    from arbiter.env import EnvironmentKey
-    from arbiter.store.sql import current_environment
-
-    found = []
-    for e in sql.environments():
-        now, why = current_environment(e["target"])
-        if now is None or now.fingerprint == e["fingerprint"] or not any(e["rows"].values()):
-            continue  # unknown here, current, or already pruned (the row itself stays: it names the change)
-        old = EnvironmentKey(e["target"], tuple(sorted(e["fields"].items())), e["fingerprint"])
-        changed = {k: {"stored": a, "now": b} for k, (a, b) in old.diff(now).items()} if e["fields"] else {}
-        found.append({**e, "changed": changed})
-    return found
 
 
 def _label(candidate: str, params) -> str:
@@ -106,7 +85,6 @@ def stats(
 ):
     """Stored solutions per key: winner, policy, tier, persisted hits/loads/misses/fallbacks, and stale entries."""
     from arbiter.candidates import params_id
-    from arbiter.store.sql import current_environment
 
     if pending:
         _pending(target, as_json)
@@ -123,14 +101,15 @@ def stats(
                 slot[1] += c.loads
                 slot[2] += c.misses
                 slot[3] += c.fallbacks
-            layer_stale = {e["fingerprint"]: e for e in _stale_envs(sql)}
+            layer_stale = {e["fingerprint"]: e for e in inventory.stale_environments(sql)}
             stale += [{**e, "layer": layer} for e in layer_stale.values()]
             for r in sql.solutions():
-                t, o = r.key.split(":")[:2]
+                key = ProblemKey.parse(r.key)
+                t, o = key.target, key.op
                 if (op and o != op) or (target and t != target):
                     continue
-                now, why = current_environment(t)
-                state = ("current" if now is not None and now.fingerprint == r.env
+                found, _, why = inventory.state(t, r.env)
+                state = ("current" if found == inventory.CURRENT
                          else "stale" if r.env in layer_stale else f"not checked ({why or 'other environment'})")
                 hits, loads, misses, fallbacks = counts.get((r.key, r.candidate, params_id(r.params), r.env),
                                                             (0, 0, 0, 0))
@@ -199,7 +178,7 @@ def env_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ):
     """The current environment key per target: every field and the fingerprint solutions are stored under."""
-    from arbiter.store.sql import current_environment
+    from arbiter.env import current_environment
     from arbiter.targets import TARGET_NAMES
 
     found = {}
@@ -296,7 +275,7 @@ def prune(
     out = console()
     with _registry_errors():
         sql = _user_sql(write=not dry_run)
-        found = _stale_envs(sql)
+        found = inventory.stale_environments(sql)
         for e in found:
             what = ", ".join(f"{k}: {v['stored']} -> {v['now']}" for k, v in e["changed"].items()) or "fields unknown"
             out.print(lit(f"stale {e['fingerprint']} ({e['target']}): {e['rows']}; changed: {what}"), highlight=False)
@@ -328,7 +307,8 @@ def _move_aside(path: str) -> str:
 def doctor(repair: bool = typer.Option(False, "--repair", help="Move a corrupt registry aside (never deleted) "
                                                                "so a fresh one is created.")):
     """Check the user registry: readable, a registry, schema version, integrity, row counts, stale entries."""
-    from arbiter.store.sql import SqlStore, UnwritableRegistry, sqlite_path, to_url
+    from arbiter.store.diagnostics import UnwritableRegistry, sqlite_path, to_url
+    from arbiter.store.sql import SqlStore
 
     from arbiter.store.migrate import NewerSchemaError
 
@@ -370,7 +350,7 @@ def doctor(repair: bool = typer.Option(False, "--repair", help="Move a corrupt r
         out.print(f"moved {path} aside to {dest}; a fresh registry will be created at {path}", highlight=False)
         return
     counts = sql.table_counts()
-    stale = _stale_envs(sql)
+    stale = inventory.stale_environments(sql)
     out.print(f"{sql.where}: ok, schema v{sql.version()}, integrity ok ({sql.checks()}); "
               + ", ".join(f"{n} {k}" for k, n in counts.items())
               + f"; {len(stale)} stale environment(s)", highlight=False, soft_wrap=True)

@@ -13,7 +13,8 @@ from arbiter.errors import RegistryError
 def _read_only_layers() -> list[tuple[str, object]]:
     """The user registry (and ``$ARBITER_SYSTEM_DB``) opened read-only: a report never writes or creates one."""
     from arbiter.store.layered import DEFAULT_PATH
-    from arbiter.store.sql import SqlStore, sqlite_path, to_url
+    from arbiter.store.diagnostics import sqlite_path, to_url
+    from arbiter.store.sql import SqlStore
 
     where = os.environ.get("ARBITER_DB") or DEFAULT_PATH
     path = sqlite_path(to_url(where))

@@ -21,6 +21,7 @@ from arbiter.errors import NoCandidateError
 from arbiter.keys import ProblemKey
 from arbiter.ops import op_kind
 from arbiter.report import label as solution_label
+from arbiter.store import inventory
 from arbiter.suite import Problem, suite as get_suite
 from arbiter.tune import budget_clock, explain_rows, tune_region
 
@@ -88,16 +89,8 @@ def autotune_table(problem_label: str, decision) -> Table:
 
 def _stale_problems(target: str) -> list[Problem]:
     """Keys whose stored solution was measured under another environment, at their bucket bounds."""
-    st = dispatch.store()
-    current = envmod.environment(target).fingerprint
-    found = {}
-    for record in st.solutions():
-        if record.env == current:
-            continue
-        key = ProblemKey.parse(record.key)
-        if key.target == target and key.id not in found:
-            found[key.id] = Problem(key.op, {n: max(v, 1) for n, v in key.bucket}, key.dtype, dict(key.attrs))
-    return list(found.values())
+    return [Problem(key.op, {n: max(v, 1) for n, v in key.bucket}, key.dtype, dict(key.attrs))
+            for key in inventory.stale_keys(dispatch.store(), target)]
 
 
 def _recorded_problems(target: str) -> list[Problem]:

@@ -11,6 +11,9 @@ import contextlib
 import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from typing import Callable
+
+from arbiter.oracles.budgets import Budget
 
 
 @dataclass(frozen=True)
@@ -19,6 +22,26 @@ class VerdictKey:
     params: str  # params_id of the solution index
     key: str  # ProblemKey.id
     env: str  # EnvironmentKey.fingerprint
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The gate's finding for one solution at one key (``arbiter.verify`` computes it, the store keeps it:
+    it lives here, beside its key, so that the store needs nothing from the layers above it)."""
+
+    passed: bool
+    reason: str  # "" when passed; otherwise what failed, at which probe
+    rel_error: float  # worst relative Frobenius error over the probes (nan when none was computed)
+    max_excess: float  # worst elementwise |y-ref| / allowed (<= 1 passes)
+    probes: tuple[str, ...]  # the probes run, e.g. ("63x65x17", "63x65x17 mixed_rows", "33x33x17 tiny", ...)
+    budget: Budget
+    looser_budget: bool  # the candidate declared a budget looser than the published one
+    seconds: float
+
+    def __str__(self):
+        if self.passed:
+            return f"pass (rel {self.rel_error:.2e})"
+        return f"FAIL {self.reason}"
 
 
 @dataclass
@@ -73,8 +96,28 @@ class CountDelta:
         return self.hits + self.loads + self.misses + self.fallbacks
 
 
+_tier_lookup: Callable[[str, str, str], str] | None = None
+
+
+def set_tier_lookup(lookup: Callable[[str, str, str], str]) -> None:
+    """How the store learns a candidate's tier (recorded with its row): ``lookup(name, target, op)`` gives the
+    tier name, "" when unknown. The candidate registry sits above the store, so it hands this down when
+    imported (``arbiter.candidates``) rather than the store importing it."""
+    global _tier_lookup
+    _tier_lookup = lookup
+
+
+def tier_of(name: str, target: str, op: str) -> str:
+    """The tier name of the candidate ``name`` at (``target``, ``op``); "" when unknown."""
+    return "" if _tier_lookup is None else _tier_lookup(name, target, op)
+
+
 class Store:
     """What the arbiter needs from persistence. All methods are safe to call from any thread."""
+
+    # Whether what is written here outlives the process (a writable registry): dispatch runs the background
+    # counter flusher (``arbiter.store.flusher``) only for such a store.
+    persistent = False
 
     def transaction(self):
         """A context in which this thread's writes commit together when it ends, or not at all when it raises
@@ -82,10 +125,10 @@ class Store:
         it do not see its writes. Nested, it joins the outer one."""
         return contextlib.nullcontext()  # a store in memory dies with its process: nothing to make atomic
 
-    def load_verdict(self, vkey: VerdictKey):
+    def load_verdict(self, vkey: VerdictKey) -> Verdict | None:
         raise NotImplementedError
 
-    def save_verdict(self, vkey: VerdictKey, verdict, candidate) -> None:
+    def save_verdict(self, vkey: VerdictKey, verdict: Verdict, candidate) -> None:
         raise NotImplementedError
 
     def load_solution(self, key: str, env: str) -> SolutionRecord | None:
@@ -126,7 +169,7 @@ class MemoryStore(Store):
 
     def __init__(self):
         self._lock = threading.Lock()
-        self._verdicts: dict[VerdictKey, object] = {}
+        self._verdicts: dict[VerdictKey, Verdict] = {}
         self._solutions: dict[tuple[str, str], SolutionRecord] = {}
         self._measurements: dict[tuple[str, str], list] = {}
         self._counts: dict[tuple[str, str, str, str], CountDelta] = {}

@@ -28,7 +28,10 @@ import time
 from sqlalchemy import and_, delete, func, insert, or_, select, update
 
 from arbiter.errors import RegistryError
+from arbiter.keys import ProblemKey
+from arbiter.store.layered import LayeredStore
 from arbiter.store.models import ClaimRow, MeasurementRow, RecordedKey, utcnow
+from arbiter.store.sql import SqlStore
 
 LEASE_S = 60.0  # a claim not renewed for this long is taken over by another host
 
@@ -44,9 +47,6 @@ def holder_name() -> str:
 
 def sql_store(store):
     """The ``SqlStore`` that holds claims: the store itself, or the user layer of a layered one."""
-    from arbiter.store.layered import LayeredStore
-    from arbiter.store.sql import SqlStore
-
     if isinstance(store, LayeredStore):
         store = store.user
     if not isinstance(store, SqlStore) or store.readonly:
@@ -62,7 +62,7 @@ def _insert_ignoring_duplicates(conn):
         from sqlalchemy.dialects.postgresql import insert as dialect_insert
     elif conn.dialect.name == "sqlite":
         from sqlalchemy.dialects.sqlite import insert as dialect_insert
-    else:  # another dialect: the unique constraint still holds; a lost race is retried by SqlStore._run
+    else:  # another dialect: the unique constraint still holds; a lost race is retried by SqlStore.transact
         return insert(ClaimRow)
     return dialect_insert(ClaimRow).on_conflict_do_nothing(index_elements=["key", "env"])
 
@@ -109,12 +109,12 @@ class Claims:
         if not keys:
             return
         sql = self.sql
-        target, fields = sql._env_of(env, keys[0].split(":", 1)[0], environment)
+        target, fields = sql.env_of(env, ProblemKey.parse(keys[0]).target, environment)
 
         def write(conn):
-            sql._put_env(conn, env, target, fields)
+            sql.put_env(conn, env, target, fields)
             for key in sorted(keys):  # parents in one global order, as every writer does
-                sql._put_key(conn, key)
+                sql.put_key(conn, key)
             conn.execute(_insert_ignoring_duplicates(conn), [dict(key=k, env=env, state="open", holder="",
                                                                    expires=0.0, attempts=0, note="",
                                                                    updated=utcnow()) for k in keys])
@@ -124,7 +124,7 @@ class Claims:
                                                     ClaimRow.state.in_(("done", "failed")))
                              .values(state="open", holder="", note="", updated=utcnow()))
 
-        sql._run(write, write=True)
+        sql.transact(write, write=True)
 
     def offer_recorded(self, env: str) -> int:
         """Offer every key recorded under ``env`` that has no claim yet and is not tuned there; returns how many."""
@@ -140,7 +140,7 @@ class Claims:
                 conn.execute(_insert_ignoring_duplicates(conn), rows)
             return len(rows) + _reopen_untuned(conn, env)
 
-        return self.sql._run(write, write=True)
+        return self.sql.transact(write, write=True)
 
     # --- claiming ---------------------------------------------------------------
     def claim(self, env: str, keys=None) -> str | None:
@@ -162,7 +162,7 @@ class Claims:
                 if taken == 1:  # 0: another host took it between the pick and the update (the pick was stale)
                     return row.key
 
-        return self.sql._run(write, write=True)
+        return self.sql.transact(write, write=True)
 
     def renew(self, key: str, env: str) -> bool:
         """Push this holder's lease on (key, env) on by ``lease_s``; False when it is no longer ours."""
@@ -170,7 +170,7 @@ class Claims:
             return conn.execute(update(ClaimRow).where(*self._mine(key, env))
                                 .values(expires=time.time() + self.lease_s)).rowcount == 1
 
-        return self.sql._run(write, write=True)
+        return self.sql.transact(write, write=True)
 
     def _mine(self, key, env):
         return (ClaimRow.key == key, ClaimRow.env == env, ClaimRow.state == "claimed",
@@ -190,11 +190,11 @@ class Claims:
                                 f"(its {self.lease_s:g} s lease ran out and another host took it over); this "
                                 f"host's result for it is not committed.")
 
-        self.sql._write(write)
+        self.sql.write(write)
 
     def release(self, key: str, env: str) -> None:
         """Give a claim back unfinished (a host stopping mid-key): open at once, not after the lease."""
-        self.sql._run(lambda conn: conn.execute(update(ClaimRow).where(*self._mine(key, env)).values(
+        self.sql.transact(lambda conn: conn.execute(update(ClaimRow).where(*self._mine(key, env)).values(
             state="open", holder="", expires=0.0, updated=utcnow())), write=True)
 
     def lease(self, key: str, env: str) -> "Lease":
@@ -247,10 +247,10 @@ def pending(store) -> list[dict]:
 
     now = time.time()
     out = []
-    for env, key, state, holder, expires, attempts, note in sql._run(read, write=False):
+    for env, key, state, holder, expires, attempts, note in sql.transact(read, write=False):
         if state == "claimed" and expires < now:
             state = "expired"
-        out.append(dict(env=env, target=key.split(":", 1)[0], key=key, state=state or "open",
+        out.append(dict(env=env, target=ProblemKey.parse(key).target, key=key, state=state or "open",
                         holder=holder or "", expires=expires, attempts=attempts or 0, note=note or ""))
     return out
 
@@ -259,7 +259,7 @@ def counts(store, env: str | None = None) -> dict[str, int]:
     """Claims per state (only ``env``'s when given): what a test or ``stats`` checks."""
     sql = sql_store(store)
     where = () if env is None else (ClaimRow.env == env,)
-    rows = sql._run(lambda conn: conn.execute(select(ClaimRow.state, func.count()).where(*where)
+    rows = sql.transact(lambda conn: conn.execute(select(ClaimRow.state, func.count()).where(*where)
                                               .group_by(ClaimRow.state)).all(), write=False)
     return dict(rows)
 

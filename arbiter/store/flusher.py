@@ -1,10 +1,12 @@
 """The background counter flusher: dispatch counts reach the registry without the caller waiting.
 
-``start()`` (called when a writable ``SqlStore`` opens) runs one daemon thread
-per process that calls ``arbiter.dispatch.flush()`` every ``INTERVAL_S``
-seconds. The hot path is unchanged: it only bumps integers; ``flush`` turns
-them into deltas under the dispatch lock and hands them to the store in one
-transaction, marking them flushed only once committed.
+``start(flush)`` runs one daemon thread per process that calls ``flush()`` every
+``INTERVAL_S`` seconds. Dispatch starts it with ``arbiter.dispatch.flush`` when
+its store is one that persists (a writable registry): the store sits below
+dispatch, so dispatch hands its flush down rather than the flusher importing it.
+The hot path is unchanged: it only bumps integers; ``flush`` turns them into
+deltas under the dispatch lock and hands them to the store in one transaction,
+marking them flushed only once committed.
 
 The counts of the last interval are flushed once more whenever the process ends
 in a way Python can see:
@@ -32,6 +34,7 @@ import os
 import signal
 import threading
 import warnings
+from typing import Callable
 
 INTERVAL_S = 2.0
 SIGNAL_FLUSH_S = 10.0  # how long a SIGTERM/SIGHUP waits for the last flush before the process ends anyway
@@ -44,14 +47,15 @@ _thread: threading.Thread | None = None
 _warned: set[str] = set()
 _atexit_registered = False
 _previous: dict[int, object] = {}  # signal -> the handler ours replaced (called after the flush)
+_flush: Callable[[], None] | None = None  # what each interval, exit and signal runs (given to ``start``)
 
 
 def flush_now() -> None:
     """Flush the dispatch counters; a failure is warned about once per message, never raised."""
-    from arbiter import dispatch
-
+    if _flush is None:
+        return
     try:
-        dispatch.flush()
+        _flush()
     except Exception as exc:  # a background thread has no caller to raise to
         text = f"kernel-arbiter: dispatch counters not flushed: {exc}"
         if text not in _warned:
@@ -140,10 +144,12 @@ class _Owner:  # multiprocessing keeps after-fork hooks only while their object 
 _OWNER = _Owner()
 
 
-def start() -> None:
-    """Start this process's flusher (idempotent), and flush on exit, SIGTERM and SIGHUP."""
-    global _pid, _thread, _atexit_registered
+def start(flush: Callable[[], None]) -> None:
+    """Start this process's flusher (idempotent), running ``flush`` every interval and on exit, SIGTERM and
+    SIGHUP."""
+    global _pid, _thread, _atexit_registered, _flush
     with _lock:
+        _flush = flush
         if _pid == os.getpid():
             return
         _pid = os.getpid()
@@ -165,9 +171,9 @@ def _after_fork_in_child() -> None:
     _lock = threading.Lock()
     _main_depth = 0  # forked from another thread while the main one was inside a transaction: not this one
     _deferred.clear()
-    if _pid is not None:
+    if _pid is not None and _flush is not None:
         _pid = None
-        start()
+        start(_flush)
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)

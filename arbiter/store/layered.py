@@ -14,7 +14,8 @@ import os
 import warnings
 
 from arbiter.store import MemoryStore, Store
-from arbiter.store.sql import SqlStore, UnwritableRegistry
+from arbiter.store.diagnostics import UnwritableRegistry
+from arbiter.store.sql import SqlStore
 
 DEFAULT_PATH = "registry.db"
 _warned: set[str] = set()
@@ -28,6 +29,10 @@ class LayeredStore(Store):
 
     def __repr__(self):
         return f"<LayeredStore {self.user!r} over {self.system!r}>"
+
+    @property
+    def persistent(self):
+        return self.user.persistent  # every write goes to the user layer
 
     def transaction(self):
         return self.user.transaction()  # every write goes to the user layer

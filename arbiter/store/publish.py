@@ -18,6 +18,7 @@ from sqlalchemy import Integer, select
 
 from arbiter.errors import RegistryError
 from arbiter.store.models import CandidateRow, Environment, ProblemKeyRow, SolutionRow, VerdictRow
+from arbiter.store.sql import SqlStore
 
 
 def _rows(conn, model, *where) -> list[dict]:
@@ -32,8 +33,6 @@ def publish(source, fingerprint: str, out: str) -> dict[str, int]:
     Returns rows written per table. RegistryError (naming the argument) for an unknown environment or an
     ``out`` that exists already (never overwritten: a published registry may be in use).
     """
-    from arbiter.store.sql import SqlStore
-
     if os.path.exists(out):
         raise RegistryError(f"--out {out}: exists already; nothing was written. Remove it or give another path "
                             f"(a published registry is never overwritten in place).")
@@ -52,7 +51,7 @@ def publish(source, fingerprint: str, out: str) -> dict[str, int]:
                                for r in _rows(conn, CandidateRow, CandidateRow.identity.in_(i))],
                 "verdicts": verdicts, "solutions": solutions}
 
-    found = source._run(read, write=False)
+    found = source.transact(read, write=False)
     if found is None:
         known = ", ".join(e["fingerprint"] for e in source.environments()) or "none"
         raise RegistryError(f"--env {fingerprint}: no such environment in {source.where} (stored: {known}); "
@@ -68,7 +67,7 @@ def publish(source, fingerprint: str, out: str) -> dict[str, int]:
                     if found[name]:
                         conn.execute(model.__table__.insert(), found[name])
 
-            target._run(write, write=True)
+            target.transact(write, write=True)
         finally:
             target.close()
         import sqlite3

@@ -35,6 +35,7 @@ from sqlalchemy import insert, select, update
 
 from arbiter.errors import RegistryError
 from arbiter.keys import ProblemKey
+from arbiter.ops import OPS
 from arbiter.store.models import (SCHEMA_VERSION, CandidateRow, Environment, MeasurementRow, ProblemKeyRow,
                                   SolutionRow, VerdictRow, utcnow)
 
@@ -93,11 +94,9 @@ def _json_text(v: str, what: str):
         raise ValueError(f"must be {what} as JSON text") from None
 
 
-def _op_dims(key: str) -> tuple[str, ...] | None:
-    """The dimension names of the key's op, when this installation knows the op (None otherwise)."""
-    from arbiter.ops import OPS
-
-    kind = OPS.get(key.split(":")[1])
+def _op_dims(op: str) -> tuple[str, ...] | None:
+    """The dimension names of ``op``, when this installation knows the op (None otherwise)."""
+    kind = OPS.get(op)
     return None if kind is None else tuple(kind.region_type.DIMS)
 
 
@@ -108,7 +107,7 @@ class _Keyed(_Model):
     @classmethod
     def _problem_key(cls, v: str) -> str:
         parsed = ProblemKey.parse(v)  # raises ValueError naming the text
-        want = _op_dims(v)
+        want = _op_dims(parsed.op)
         have = tuple(name for name, _ in parsed.bucket)
         if want is not None and have != want:  # e.g. a matmul bucket on a softmax key: nothing could read it
             raise ValueError(f"bucket {','.join(have)} does not fit op {parsed.op} (its dimensions are "
@@ -203,7 +202,7 @@ class MeasurementModel(_Keyed):
         if not isinstance(dims, dict) or len(dims) > 16 or not all(
                 isinstance(n, int) and not isinstance(n, bool) and 0 <= n < 2**62 for n in dims.values()):
             raise ValueError("dims: must be a JSON object of at most 16 dimension names to sizes (integers >= 0)")
-        want = _op_dims(self.key)
+        want = _op_dims(ProblemKey.parse(self.key).op)  # the key passed its own check first
         if want is not None and tuple(dims) != want:
             raise ValueError(f"dims: {','.join(dims)} are not the dimensions of this key's op ({','.join(want)})")
         return self
@@ -266,7 +265,7 @@ def export_registry(store) -> RegistryExport:
             solutions=rows(SolutionRow, tuple(SolutionModel.model_fields)),
         )
 
-    data = store._run(read, write=False)
+    data = store.transact(read, write=False)
     for section in ("verdicts", "measurements", "solutions"):
         for row in data[section]:
             for name, value in row.items():
@@ -537,7 +536,7 @@ def import_registry(store, data: ExportFile | RegistryExport, *, overwrite: bool
             _write_batch(conn, batch, part, overwrite)
 
         t0 = time.perf_counter()
-        store._run(write, write=True)
+        store.transact(write, write=True)
         report["batches"] += 1
         report["longest_batch_s"] = max(report["longest_batch_s"], time.perf_counter() - t0)
         for k, n in part["added"].items():
@@ -587,8 +586,7 @@ def _write_batch(conn, batch, report, overwrite) -> None:
         parsed = [(k, ProblemKey.parse(k)) for k in keys if k not in known]
         if parsed:
             conn.execute(insert(ProblemKeyRow), [
-                dict(id=k, target=p.target, op=p.op, dtype=p.dtype, layout=p.layout, attrs=k.split(":")[4],
-                     bucket=k.split(":")[5]) for k, p in parsed])
+                dict(id=k, **p.fields) for k, p in parsed])
     for section, (model, match, compare, extra) in _MERGE.items():
         rows = [row for s, row in batch if s == section]
         if not rows:

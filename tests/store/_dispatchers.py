@@ -106,7 +106,7 @@ def tune_killed_at_solution(db: str) -> None:
     st = SqlStore(db)
     arbiter.configure(store=st)
 
-    @event.listens_for(st._engine, "before_cursor_execute")
+    @event.listens_for(st.engine, "before_cursor_execute")
     def _kill_at_solution(conn, cursor, statement, parameters, context, executemany):
         if statement.lstrip().upper().startswith(("UPDATE SOLUTIONS", "INSERT INTO SOLUTIONS")):
             os.kill(os.getpid(), signal.SIGKILL)

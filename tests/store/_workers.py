@@ -10,9 +10,8 @@ import sys
 
 from arbiter.candidates import Candidate, Tier
 from arbiter.oracles.budgets import Budget
-from arbiter.store import CountDelta, MeasurementRecord, SolutionRecord, VerdictKey
+from arbiter.store import CountDelta, MeasurementRecord, SolutionRecord, Verdict, VerdictKey
 from arbiter.store.sql import SqlStore
-from arbiter.verify import Verdict
 
 ENV = "ab" * 10
 WRITES = 100  # per kind, per worker: verdicts, solutions, counter batches

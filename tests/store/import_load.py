@@ -38,7 +38,7 @@ def serve(db: str) -> dict:
     from arbiter.store.sql import SqlStore
 
     writes = []  # seconds of each write transaction, waiting for the lock included
-    plain_run = SqlStore._run
+    plain_run = SqlStore.transact
 
     def timed_run(self, fn, *, write):
         t0 = time.perf_counter()
@@ -48,7 +48,7 @@ def serve(db: str) -> dict:
             if write:
                 writes.append(time.perf_counter() - t0)
 
-    SqlStore._run = timed_run
+    SqlStore.transact = timed_run
     rounds, during, worst, locked, errors = 0, 0, 0.0, 0, []
     start, last = time.monotonic(), -1
     while time.monotonic() - start < 540:

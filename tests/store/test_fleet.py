@@ -55,7 +55,7 @@ def test_six_hosts_of_two_classes_tune_each_recorded_key_once_and_take_over_a_de
         from sqlalchemy import create_engine, text
         from sqlalchemy.pool import NullPool
 
-        from arbiter.store.sql import to_url
+        from arbiter.store.diagnostics import to_url
 
         engine = create_engine(to_url(db), poolclass=NullPool)
         try:

@@ -8,7 +8,8 @@ import sys
 import pytest
 
 from arbiter.store import SolutionRecord
-from arbiter.store.sql import SqlStore, is_url
+from arbiter.store.diagnostics import is_url
+from arbiter.store.sql import SqlStore
 from tests.store._workers import ENV, key
 
 

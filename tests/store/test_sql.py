@@ -14,7 +14,8 @@ from arbiter.errors import RegistryError
 from arbiter.store import CountDelta, MeasurementRecord, MemoryStore, SolutionRecord, VerdictKey, default_store
 from arbiter.store.layered import LayeredStore
 from arbiter.store.models import SCHEMA_VERSION
-from arbiter.store.sql import SqlStore, to_url
+from arbiter.store.diagnostics import to_url
+from arbiter.store.sql import SqlStore
 from tests.store._workers import ENV, LabCandidate, key, verdict
 
 
