@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from arbiter.synth import ACTIVATIONS, Chain, content_hash, render_expression
+from arbiter.targets.nvrtc import compiled, kernel_source
 
 DTYPES = ("float32", "float16", "bfloat16")
 _FUNCTIONS = {"erf": "erff", "tanh": "tanhf", "exp": "expf", "max": "fmaxf"}
@@ -75,8 +76,6 @@ def epilogue_source(chain: Chain, residual_col_stride: int = 1) -> str:
 def gemm_kernel(chain: Chain, dtype: str, tile: tuple, residual_col_stride: int = 1) -> Kernel:
     """A GEMM with ``chain`` fused into its store; ``tile`` is the template's tile tuple
     (gemm_tiled: BM, BN, BK, TM, TN for float32; gemm_mma: BM, BN, BK, WM, WN for half types)."""
-    from arbiter.candidates.nvidia._cuda import kernel_source
-
     if dtype not in DTYPES:
         raise ValueError(f"dtype: {dtype} is not one of {', '.join(DTYPES)}")
     epilogue = epilogue_source(chain, residual_col_stride)
@@ -160,8 +159,6 @@ def row_shape(cols: int, vec: int) -> tuple[int, int, int]:
 
 def row_kernel(op: str, dtype: str, cols: int, vec: int) -> Kernel:
     """The fused row kernel for ``op`` (a key of ROW_PROGRAMS) over rows of exactly ``cols``."""
-    from arbiter.candidates.nvidia._cuda import kernel_source
-
     program = ROW_PROGRAMS.get(op)
     if program is None:
         raise ValueError(f"op: no row program for {op!r}; known: {', '.join(ROW_PROGRAMS)}")
@@ -195,7 +192,5 @@ def compile_kernel(kernel: Kernel):
     """The CuPy function for ``kernel``, compiled once per process (keyed by content hash)."""
     fn = _compiled.get(kernel.identity)
     if fn is None:
-        from arbiter.candidates.nvidia._cuda import compiled
-
         fn = _compiled[kernel.identity] = compiled(kernel.source, kernel.name)
     return fn

@@ -11,6 +11,7 @@ The result is a ``arbiter.synth.cuda.Kernel``: its identity is the content hash 
 from __future__ import annotations
 
 from arbiter.synth.cuda import DTYPES, Kernel
+from arbiter.targets.nvrtc import VEC16, kernel_source
 
 # Each unary step as a CUDA expression in v (float).
 UNARY = {
@@ -67,8 +68,6 @@ extern "C" __global__ void synth_pointwise(const T* __restrict__ x, T* __restric
 def pointwise_kernel(steps, dtype: str, vec: int) -> Kernel:
     """The fused kernel for ``steps`` (a ``Pointwise`` region's ``ops``: (name, operand) pairs, the operand
     None, a float or an array) in ``dtype`` with ``vec``-element loads. Raises ValueError naming the argument."""
-    from arbiter.candidates.nvidia._cuda import VEC16, kernel_source
-
     if dtype not in DTYPES:
         raise ValueError(f"dtype: {dtype} is not one of {', '.join(DTYPES)}")
     if vec not in (1, VEC16[dtype]):

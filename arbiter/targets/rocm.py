@@ -408,13 +408,30 @@ def hip_version_text(code: int) -> str:
     return f"{code // 10_000_000}.{(code // 100_000) % 100}.{code % 100_000}"
 
 
+_handles: dict[str, object] = {}
+
+
+def blas_handle():
+    """The process's hipBLAS handle (created on first use, on the null stream)."""
+    handle = _handles.get("hipblas")
+    if handle is None:
+        handle = _handles["hipblas"] = check(hipblas.hipblasCreate(), "hipblasCreate")
+    return handle
+
+
+def blaslt_handle():
+    """The process's hipBLASLt handle (created on first use)."""
+    handle = _handles.get("hipblaslt")
+    if handle is None:
+        handle = _handles["hipblaslt"] = check(hipblaslt.hipblasLtCreate(), "hipblasLtCreate")
+    return handle
+
+
 def hipblas_version() -> str:
     """hipBLAS's version from the library itself (hipblasGetVersion on a handle), or why it is unknown."""
     if hipblas is None:
         return "absent (install hip-python[libraries])"
     try:
-        from arbiter.candidates.rocm._hip import blas_handle
-
         version = ctypes.c_int(0)
         check(hipblas.hipblasGetVersion(blas_handle(), version), "hipblasGetVersion")
         return _blas_version_text(version.value)
@@ -427,8 +444,6 @@ def hipblaslt_version() -> str:
     if hipblaslt is None:
         return "absent (install hip-python[libraries])"
     try:
-        from arbiter.candidates.rocm._hip import blaslt_handle
-
         return _blas_version_text(check(hipblaslt.hipblasLtGetVersion(blaslt_handle()), "hipblasLtGetVersion"))
     except Exception as exc:
         return f"unknown ({type(exc).__name__}: {exc})"

@@ -1,81 +1,26 @@
-"""Helpers shared by the NVIDIA candidates: lazy CuPy, kernel templates, the NVRTC compile cache.
+"""Helpers shared by the NVIDIA candidates: lazy CuPy, epilogues, launch checks, the candidates' base class.
 
-Nothing here imports CuPy at module load: candidates register (and list their
-reasons) on machines without it. Kernel sources are the readable ``.cu`` files
-beside this module; a kernel is the template text preceded by ``#define`` lines
-for its element type and parameters, so the compiled text (and its hash) says
-exactly what ran.
+Kernel text and the NVRTC compile cache are the target's (``arbiter.targets.nvrtc``). Nothing here imports CuPy at module load: candidates register (and list their reasons) on
+machines without it.
 """
 from __future__ import annotations
 
-import hashlib
-from functools import lru_cache
-from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
 
 from arbiter import targets
 from arbiter.candidates import Candidate
+from arbiter.synth import ACTIVATIONS
+from arbiter.synth.cuda import cuda_expression
+from arbiter.targets.nvidia import cupy_module as cupy
+from arbiter.targets.nvrtc import kernel, template
 
-TEMPLATE_DIR = Path(__file__).parent
-DTYPE_MACRO = {"float32": "ARB_F32", "float16": "ARB_F16", "bfloat16": "ARB_BF16"}
-VEC16 = {"float32": 4, "float16": 8, "bfloat16": 8}  # elements per 16-byte load
 IDENTITY_EPILOGUE = """\
 // No fused epilogue: the root op's value as it is (the candidate composes any epilogue afterwards).
 __device__ __forceinline__ float arb_epilogue(float v, int row, int col, const T* __restrict__ bias,
                                               const T* __restrict__ residual, long long ldr) { return v; }
 """
-
-
-def cupy():
-    from arbiter.targets.nvidia import cupy_module
-
-    return cupy_module()
-
-
-@lru_cache(maxsize=None)
-def template(name: str) -> str:
-    """The text of a kernel template file beside this module."""
-    return (TEMPLATE_DIR / name).read_text()
-
-
-def kernel_source(dtype: str, defines: dict, files: tuple[str, ...], prelude: str = "") -> str:
-    """Full CUDA C text: element type and parameter #defines, common.cuh, ``prelude``, then ``files``."""
-    head = [f"#define {DTYPE_MACRO[dtype]} 1"] + [f"#define {k} {v}" for k, v in defines.items()]
-    parts = ["\n".join(head), template("common.cuh"), prelude] + [template(f) for f in files]
-    return "\n".join(p for p in parts if p)
-
-
-_functions: dict[tuple[str, str], object] = {}
-
-
-def compiled(source: str, name: str):
-    """The kernel ``name`` of ``source`` compiled with NVRTC; cached by the source's hash.
-
-    CuPy keeps its own on-disk cache too, so a new process skips NVRTC for a known source.
-    """
-    key = (hashlib.sha256(source.encode()).hexdigest(), name)
-    fn = _functions.get(key)
-    if fn is None:
-        module = cupy().RawModule(code=source, options=("--std=c++17",))
-        fn = _functions[key] = module.get_function(name)
-    return fn
-
-
-_kernels: dict[tuple, object] = {}
-
-
-def kernel(name: str, dtype: str, files: tuple[str, ...], defines: tuple = (), prelude: str = ""):
-    """The compiled kernel ``name`` of ``files`` for ``dtype`` and ``defines`` ((name, value) pairs).
-
-    Memoised on the arguments, so a warm call builds no source text and hashes nothing.
-    """
-    key = (name, dtype, files, defines, prelude)
-    fn = _kernels.get(key)
-    if fn is None:
-        fn = _kernels[key] = compiled(kernel_source(dtype, dict(defines), files, prelude), name)
-    return fn
 
 
 def row_stride(array) -> int:
@@ -95,9 +40,6 @@ def _epilogue_kernel(activation: str, bias: bool, residual: bool):
     key = (activation, bias, residual)
     fn = _epilogues.get(key)
     if fn is None:
-        from arbiter.synth import ACTIVATIONS
-        from arbiter.synth.cuda import cuda_expression
-
         params = "Z z" + (", T bias" if bias else "") + (", T res" if residual else "")
         body = ["float v = (float)z;"]
         if bias:

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from arbiter.candidates.nvidia._cuda import VEC16, aligned16, kernel, next_pow2
+from arbiter.candidates.nvidia._cuda import aligned16, next_pow2
+from arbiter.targets.nvrtc import VEC16, kernel
 
 MAX_PER_THREAD = 64  # floats of a row held in registers per thread
 MAX_THREADS = 1024

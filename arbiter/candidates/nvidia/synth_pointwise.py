@@ -12,7 +12,8 @@ import inspect
 import numpy as np
 
 from arbiter.candidates import Tier, register
-from arbiter.candidates.nvidia._cuda import VEC16, NvidiaCandidate, aligned16
+from arbiter.candidates.nvidia._cuda import NvidiaCandidate, aligned16
+from arbiter.targets.nvrtc import VEC16
 from arbiter.synth import cuda as synth_cuda
 from arbiter.synth import cuda_pointwise
 

@@ -1,4 +1,4 @@
-"""Helpers shared by the ROCm candidates: kernels from the shared templates via hiprtc, hipBLAS handles.
+"""Helpers shared by the ROCm candidates: kernels from the shared templates via hiprtc.
 
 A ROCm kernel's source is the NVIDIA target's kernel text with one difference: ``portable.cuh``
 (beside this module) comes right after the ``#define`` lines, before ``common.cuh``. The template
@@ -14,8 +14,9 @@ from typing import ClassVar
 
 from arbiter import targets
 from arbiter.candidates import Candidate
-from arbiter.candidates.nvidia._cuda import DTYPE_MACRO, NvidiaCandidate, template
+from arbiter.candidates.nvidia._cuda import NvidiaCandidate
 from arbiter.targets import rocm
+from arbiter.targets.nvrtc import DTYPE_MACRO, template
 
 PORTABLE = (Path(__file__).parent / "portable.cuh").read_text()
 # float16/bfloat16 conversions in common.cuh are PTX inline assembly, which HIP cannot compile
@@ -51,25 +52,6 @@ def kernel(name: str, dtype: str, files: tuple[str, ...], defines: tuple = (), p
     if fn is None:
         fn = _kernels[key] = compiled(kernel_source(dtype, dict(defines), files, prelude), name)
     return fn
-
-
-_handles: dict[str, object] = {}
-
-
-def blas_handle():
-    """The process's hipBLAS handle (created on first use, on the null stream)."""
-    handle = _handles.get("hipblas")
-    if handle is None:
-        handle = _handles["hipblas"] = rocm.check(rocm.hipblas.hipblasCreate(), "hipblasCreate")
-    return handle
-
-
-def blaslt_handle():
-    """The process's hipBLASLt handle (created on first use)."""
-    handle = _handles.get("hipblaslt")
-    if handle is None:
-        handle = _handles["hipblaslt"] = rocm.check(rocm.hipblaslt.hipblasLtCreate(), "hipblasLtCreate")
-    return handle
 
 
 def no_epilogue(region) -> bool | str:

@@ -11,7 +11,7 @@ import ctypes
 
 
 from arbiter.candidates import Tier, register
-from arbiter.candidates.rocm._hip import RocmCandidate, blas_handle, no_epilogue
+from arbiter.candidates.rocm._hip import RocmCandidate, no_epilogue
 from arbiter.targets import rocm
 
 DTYPES = ("float32", "float16")
@@ -67,7 +67,7 @@ class HipblasMatmul(RocmCandidate):
     def run(self, region, params):
         out = region.alloc_out()
         if out.size and region.dims["k"]:
-            rocm.check(rocm.hipblas.hipblasGemmEx(blas_handle(), *gemm_arguments(region, out)), "hipblasGemmEx")
+            rocm.check(rocm.hipblas.hipblasGemmEx(rocm.blas_handle(), *gemm_arguments(region, out)), "hipblasGemmEx")
         elif out.size:  # K == 0: the product is zeros
             rocm.check(rocm.hip.hipMemset(ctypes.c_void_p(out.ptr), 0, out.nbytes), "hipMemset")
         return out

@@ -50,7 +50,7 @@ def test_hip_expansion_has_no_cuda_only_constructs(files, defines):
 @pytest.mark.parametrize("files, defines", KERNELS)
 def test_cuda_expansion_is_the_nvidia_source(files, defines):
     """Under CUDA, portable.cuh adds nothing: the text NVRTC sees equals the nvidia target's own."""
-    from arbiter.candidates.nvidia._cuda import kernel_source as cuda_source
+    from arbiter.targets.nvrtc import kernel_source as cuda_source
 
     ours = preprocess(_hip.kernel_source("float32", dict(defines), files), "-D__CUDACC__")
     theirs = preprocess(cuda_source("float32", dict(defines), files), "-D__CUDACC__")
@@ -78,7 +78,7 @@ def test_every_rocm_candidate_is_unavailable_with_the_target_reason(monkeypatch)
 @pytest.fixture
 def fake(monkeypatch):
     hip, hiprtc, blas = rocm_fake.install(monkeypatch, rocm)
-    monkeypatch.setattr(_hip, "_handles", {})
+    monkeypatch.setattr(rocm, "_handles", {})
     monkeypatch.setattr(_hip, "_kernels", {})
     monkeypatch.setattr(_hip, "_compiled", {})
     assert rocm.TARGET.available() is True
