@@ -28,6 +28,7 @@ from typing import Callable
 import numpy as np
 
 from arbiter import targets
+from arbiter.oracles import budgets
 from arbiter.oracles.budgets import Budget, budget_for
 
 FINFO_MAX = {"float16": 65504.0, "bfloat16": 3.3895e38, "float32": 3.4028e38, "float64": 1.7976e308,
@@ -320,3 +321,12 @@ def markdown() -> str:
         ops = "(every op)" if fam.ops == ("*",) else ", ".join(fam.ops)
         lines.append(f"| {ops} | {fam.name} | {fam.text} | {fam.budget_text or 'the op budget'} |")
     return "\n".join(lines) + "\n"
+
+
+def document() -> str:
+    """``docs/budgets.md``: the budget table, then this catalogue (``python -m arbiter.probes > docs/budgets.md``)."""
+    return budgets.markdown() + markdown()
+
+
+if __name__ == "__main__":
+    print(document(), end="")

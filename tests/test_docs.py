@@ -1,14 +1,14 @@
 """Published tables stay in step with the code."""
 from pathlib import Path
 
-from arbiter.oracles.budgets import markdown
+from arbiter.probes import document
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 
 
 def test_budget_table_matches_the_code():
-    assert (DOCS / "budgets.md").read_text() == markdown(), \
-        "docs/budgets.md is out of date: run `python -m arbiter.oracles.budgets > docs/budgets.md`"
+    assert (DOCS / "budgets.md").read_text() == document(), \
+        "docs/budgets.md is out of date: run `python -m arbiter.probes > docs/budgets.md`"
 
 
 def test_cli_reference_matches_the_app():

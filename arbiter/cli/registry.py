@@ -17,7 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from arbiter.candidates import Tier
-from arbiter.cli import app, console, error, lit
+from arbiter.cli.common import app, console, error, lit
 from arbiter.cli.output import show
 from arbiter.errors import RegistryError
 from arbiter.keys import ProblemKey

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from arbiter.cli import app, console, friendly, lit
+from arbiter.cli.common import app, console, friendly, lit
 from arbiter.errors import RegistryError
 
 

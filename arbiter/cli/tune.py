@@ -15,7 +15,7 @@ from rich.text import Text
 from arbiter import cpu_threads, dispatch, select
 from arbiter import env as envmod
 from arbiter.candidates import REGISTRY, params_id
-from arbiter.cli import app, console as make_console, friendly, lit, require_target
+from arbiter.cli.common import app, console as make_console, friendly, lit, require_target
 from arbiter.cli.output import Steps, show
 from arbiter.errors import NoCandidateError
 from arbiter.keys import ProblemKey

@@ -4,224 +4,22 @@
 this process, and ``arbiter.store.sql`` keeps it in a SQLAlchemy database
 (SQLite ``registry.db`` by default). The core never imports SQLAlchemy itself,
 and nothing on the dispatch hot path touches a store.
+
+The package, one idea a module: ``base`` (the values and the contract, re-exported here), ``models`` and
+``migrate`` (the schema), ``diagnostics`` (paths, files, permissions, what a failure says), ``transactions``
+(retry through contention), ``sql`` (record storage), ``layered`` (a system registry under the user's),
+``inventory`` (what is stored, current or stale, shared by the CLI, the report and ``tune --retune-stale``),
+``flusher`` (dispatch counts in the background), ``claims``, ``transfer`` and ``publish`` (fleets, export,
+import). It imports nothing above it: what it needs from above (dispatch's flush, the candidates' tiers) is
+handed down.
 """
 from __future__ import annotations
 
-import contextlib
-import threading
-from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import Callable
+from arbiter.store.base import (CountDelta, MeasurementRecord, MemoryStore, SolutionRecord, Store, Verdict,
+                                VerdictKey, set_tier_lookup, tier_of)
 
-from arbiter.oracles.budgets import Budget
-
-
-@dataclass(frozen=True)
-class VerdictKey:
-    identity: str  # the candidate's code identity
-    params: str  # params_id of the solution index
-    key: str  # ProblemKey.id
-    env: str  # EnvironmentKey.fingerprint
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """The gate's finding for one solution at one key (``arbiter.verify`` computes it, the store keeps it:
-    it lives here, beside its key, so that the store needs nothing from the layers above it)."""
-
-    passed: bool
-    reason: str  # "" when passed; otherwise what failed, at which probe
-    rel_error: float  # worst relative Frobenius error over the probes (nan when none was computed)
-    max_excess: float  # worst elementwise |y-ref| / allowed (<= 1 passes)
-    probes: tuple[str, ...]  # the probes run, e.g. ("63x65x17", "63x65x17 mixed_rows", "33x33x17 tiny", ...)
-    budget: Budget
-    looser_budget: bool  # the candidate declared a budget looser than the published one
-    seconds: float
-
-    def __str__(self):
-        if self.passed:
-            return f"pass (rel {self.rel_error:.2e})"
-        return f"FAIL {self.reason}"
-
-
-@dataclass
-class SolutionRecord:
-    """A stored winner for one problem key under one environment."""
-
-    key: str
-    candidate: str
-    identity: str
-    params: dict
-    policy: str  # "tier" | "measured" | "forced"
-    env: str
-    margin: float | None = None  # measured: runner-up time / winner time - 1
-    note: str = ""
-    created: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
-
-
-@dataclass
-class MeasurementRecord:
-    """One timed solution for one key: the figures of an ``arbiter.timing.Measurement`` plus who was timed."""
-
-    candidate: str
-    params: dict
-    mode: str  # "device" | "latency" | "stream"
-    median_s: float
-    p20_s: float
-    p80_s: float
-    spread: float  # (p80 - p20) / median
-    reps: int
-    warmup_s: float
-    screened: bool = False  # stopped early, far slower than the best so far
-    dims: dict | None = None  # the exact dimensions timed (the key holds only their bucket)
-
-
-@dataclass
-class CountDelta:
-    """Dispatch counts of one solution at one key. ``hits``: served from the dispatch table; ``loads``: a
-    stored solution installed by a process (its first call of the key, nothing decided); ``misses``: the key
-    decided now (no stored solution); ``fallbacks``: a stand-in served because the stored winner could not be
-    here, or the winner declined an instance."""
-
-    key: str
-    candidate: str
-    params: str
-    env: str
-    hits: int = 0
-    misses: int = 0
-    fallbacks: int = 0
-    loads: int = 0
-
-    def total(self) -> int:
-        return self.hits + self.loads + self.misses + self.fallbacks
-
-
-_tier_lookup: Callable[[str, str, str], str] | None = None
-
-
-def set_tier_lookup(lookup: Callable[[str, str, str], str]) -> None:
-    """How the store learns a candidate's tier (recorded with its row): ``lookup(name, target, op)`` gives the
-    tier name, "" when unknown. The candidate registry sits above the store, so it hands this down when
-    imported (``arbiter.candidates``) rather than the store importing it."""
-    global _tier_lookup
-    _tier_lookup = lookup
-
-
-def tier_of(name: str, target: str, op: str) -> str:
-    """The tier name of the candidate ``name`` at (``target``, ``op``); "" when unknown."""
-    return "" if _tier_lookup is None else _tier_lookup(name, target, op)
-
-
-class Store:
-    """What the arbiter needs from persistence. All methods are safe to call from any thread."""
-
-    # Whether what is written here outlives the process (a writable registry): dispatch runs the background
-    # counter flusher (``arbiter.store.flusher``) only for such a store.
-    persistent = False
-
-    def transaction(self):
-        """A context in which this thread's writes commit together when it ends, or not at all when it raises
-        (or the process dies): a tuned key's verdicts, measurements and solution are one commit. Reads inside
-        it do not see its writes. Nested, it joins the outer one."""
-        return contextlib.nullcontext()  # a store in memory dies with its process: nothing to make atomic
-
-    def load_verdict(self, vkey: VerdictKey) -> Verdict | None:
-        raise NotImplementedError
-
-    def save_verdict(self, vkey: VerdictKey, verdict: Verdict, candidate) -> None:
-        raise NotImplementedError
-
-    def load_solution(self, key: str, env: str) -> SolutionRecord | None:
-        raise NotImplementedError
-
-    def save_solution(self, record: SolutionRecord, environment=None) -> None:
-        raise NotImplementedError
-
-    def add_solution(self, record: SolutionRecord, environment=None) -> bool:
-        """Store ``record`` only where its (key, environment) has no solution yet; returns whether it did."""
-        raise NotImplementedError
-
-    def solutions(self, env: str | None = None) -> list[SolutionRecord]:
-        raise NotImplementedError
-
-    def save_measurements(self, key: str, env: str, measurements: list[MeasurementRecord]) -> None:
-        """Replace the measurements of ``key`` under ``env`` with these."""
-        raise NotImplementedError
-
-    def load_measurements(self, key: str, env: str) -> list[MeasurementRecord]:
-        raise NotImplementedError
-
-    def add_counts(self, deltas: list[CountDelta]) -> None:
-        raise NotImplementedError
-
-    def counts(self) -> list[CountDelta]:
-        raise NotImplementedError
-
-    def record_key(self, key: str, dims: dict, env: str) -> None:
-        raise NotImplementedError
-
-    def recorded_keys(self) -> list[tuple[str, dict]]:
-        raise NotImplementedError
-
-
-class MemoryStore(Store):
-    """Everything in this process; gone at exit."""
-
-    def __init__(self):
-        self._lock = threading.Lock()
-        self._verdicts: dict[VerdictKey, Verdict] = {}
-        self._solutions: dict[tuple[str, str], SolutionRecord] = {}
-        self._measurements: dict[tuple[str, str], list] = {}
-        self._counts: dict[tuple[str, str, str, str], CountDelta] = {}
-        self._recorded: dict[str, dict] = {}
-
-    def load_verdict(self, vkey):
-        return self._verdicts.get(vkey)
-
-    def save_verdict(self, vkey, verdict, candidate):
-        with self._lock:
-            self._verdicts[vkey] = verdict
-
-    def load_solution(self, key, env):
-        return self._solutions.get((key, env))
-
-    def save_solution(self, record, environment=None):
-        with self._lock:
-            self._solutions[(record.key, record.env)] = record
-
-    def add_solution(self, record, environment=None):
-        with self._lock:
-            return self._solutions.setdefault((record.key, record.env), record) is record
-
-    def solutions(self, env=None):
-        return [r for (k, e), r in self._solutions.items() if env is None or e == env]
-
-    def save_measurements(self, key, env, measurements):
-        with self._lock:
-            self._measurements[(key, env)] = list(measurements)
-
-    def load_measurements(self, key, env):
-        return list(self._measurements.get((key, env), ()))
-
-    def add_counts(self, deltas):
-        with self._lock:
-            for d in deltas:
-                slot = self._counts.setdefault((d.key, d.candidate, d.params, d.env),
-                                               CountDelta(d.key, d.candidate, d.params, d.env))
-                slot.hits += d.hits
-                slot.misses += d.misses
-                slot.fallbacks += d.fallbacks
-                slot.loads += d.loads
-
-    def counts(self):
-        return list(self._counts.values())
-
-    def record_key(self, key, dims, env):
-        with self._lock:
-            self._recorded.setdefault(key, dict(dims))
-
-    def recorded_keys(self):
-        return list(self._recorded.items())
+__all__ = ["CountDelta", "MeasurementRecord", "MemoryStore", "SolutionRecord", "Store", "Verdict", "VerdictKey",
+           "default_store", "set_tier_lookup", "tier_of"]
 
 
 def default_store() -> Store:
@@ -231,6 +29,6 @@ def default_store() -> Store:
     Raises ``RegistryError`` naming the file and ``arbiter doctor --repair`` when it is not a registry;
     an unwritable path gives an in-memory store and one warning (see ``arbiter.store.layered``).
     """
-    from arbiter.store.layered import open_default
+    from arbiter.store.layered import open_default  # here, not above: SQLAlchemy loads only with a registry
 
     return open_default()

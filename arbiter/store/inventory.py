@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from arbiter.env import EnvironmentKey, current_environment, environment
 from arbiter.keys import ProblemKey
-from arbiter.store import SolutionRecord, Store
+from arbiter.store.base import SolutionRecord, Store
 from arbiter.store.layered import LayeredStore, ReadOnlyUserStore
 from arbiter.store.sql import SqlStore
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import warnings
 
-from arbiter.store import MemoryStore, Store
+from arbiter.store.base import MemoryStore, Store
 from arbiter.store.diagnostics import UnwritableRegistry
 from arbiter.store.sql import SqlStore
 

@@ -34,7 +34,7 @@ from arbiter import env as envmod
 from arbiter.errors import RegistryError
 from arbiter.keys import ProblemKey, params_id
 from arbiter.oracles.budgets import Budget
-from arbiter.store import CountDelta, MeasurementRecord, SolutionRecord, Store, Verdict, VerdictKey, tier_of
+from arbiter.store.base import CountDelta, MeasurementRecord, SolutionRecord, Store, Verdict, VerdictKey, tier_of
 from arbiter.store import migrate
 from arbiter.store.diagnostics import (SYSTEM_FIX, UnwritableRegistry, check_sqlite_file, ownership, repair_hint,
                                        schema_problems, sqlite_path, to_url, unwritable_reason)
