@@ -118,7 +118,7 @@ def configure(*, store=None, policy: str | None = None, looser_accuracy: bool | 
             raise ValueError(f"looser_accuracy: must be True or False, got {looser_accuracy!r}")
         from arbiter import regions
 
-        regions._consent.looser = looser_accuracy
+        regions.consent_to_looser(looser_accuracy)
     with _state.lock:
         if store is not None:
             flush()
@@ -134,6 +134,12 @@ def default_policy() -> str:
     if policy not in POLICIES:
         raise ValueError(f"ARBITER_POLICY: {policy!r} is not one of {', '.join(POLICIES)}")
     return policy
+
+
+def route(key_id: str) -> Route | None:
+    """The route installed for the problem key ``key_id`` (what its next call runs, with its counters); None
+    before the key's first call in this process, or after the candidates changed."""
+    return _table.get(key_id)
 
 
 # --- the hot path -----------------------------------------------------------
@@ -453,8 +459,10 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def reset() -> None:
-    """Forget every route and counter of this process (tests and benchmarks)."""
+    """Forget every route, counter and configured default policy of this process, as a new process starts
+    (tests and benchmarks); the store stays."""
     with _state.lock:
         _table.clear()
         _state.routes.clear()
         _state.verified = 0
+        _state.policy = None

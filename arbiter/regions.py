@@ -39,6 +39,12 @@ class _Consent:
 _consent = _Consent()
 
 
+def consent_to_looser(consent: bool) -> None:
+    """Whether regions built from now on consent to candidates declaring accuracy looser than the op's budget
+    (``arbiter.configure(looser_accuracy=...)``); the consent is part of their problem keys."""
+    _consent.looser = consent
+
+
 def dtype_name(dtype) -> str:
     name = _dtype_names.get(dtype)
     if name is None:

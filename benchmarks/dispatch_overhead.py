@@ -47,7 +47,7 @@ class Scalar(arbiter.Candidate):
 def compare(region, calls, samples):
     """(route, direct ns, arbitrated ns, per-sample differences) for a warm key."""
     arbiter.run_arbitrated(region.op, region)  # decide once: the key is warm from here on
-    route = dispatch._table[region.key.id]
+    route = dispatch.route(region.key.id)
     winner, params = route.candidate, route.params
 
     def direct():

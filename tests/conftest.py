@@ -1,6 +1,8 @@
 """Shared fixtures: every test gets a fresh in-memory store and clean dispatch state."""
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pytest
 
@@ -14,7 +16,6 @@ def fresh_state(monkeypatch, tmp_path):
     monkeypatch.setenv("ARBITER_DB", str(tmp_path / "registry.db"))
     dispatch.configure(store=MemoryStore())
     dispatch.reset()
-    dispatch._state.policy = None
     yield
     dispatch.reset()
     env.reset()
@@ -42,15 +43,5 @@ def only_candidates():
     """``only_candidates("cpu", "matmul", c1, c2)``: exactly these candidates for (target, op) during a test."""
     from arbiter.candidates import REGISTRY
 
-    saved = {}
-
-    def use(target, op, *candidates):
-        REGISTRY.load_builtin(target)
-        saved.setdefault((target, op), dict(REGISTRY._by_target_op.get((target, op), {})))
-        REGISTRY._by_target_op[(target, op)] = {c.name: c for c in candidates}
-        REGISTRY._changed()
-
-    yield use
-    for k, v in saved.items():
-        REGISTRY._by_target_op[k] = v
-    REGISTRY._changed()
+    with contextlib.ExitStack() as scopes:  # closed in reverse: the registered candidates come back last
+        yield lambda target, op, *candidates: scopes.enter_context(REGISTRY.only(target, op, candidates))

@@ -29,7 +29,7 @@ def test_tune_then_a_new_process_hits_the_stored_solution(tmp_path):
         r = RMSNorm(x, np.ones(1000, np.float32))
         for _ in range(5):
             arbiter.run_arbitrated("rmsnorm", r, policy="strict")   # strict: only a stored solution may serve
-        route = dispatch._table[r.key.id]
+        route = dispatch.route(r.key.id)
         print(route.label, route.policy, dispatch.verified_count())
         arbiter.flush()
     """)

@@ -98,19 +98,19 @@ def test_ladder_uses_the_nearest_tuned_buckets_winner(pair, monkeypatch):
     assert tuned.winner.candidate.name == "fast_emitted"
     far = small(100, 24, 24)  # m bucket 128: unseen
     arbiter.run_arbitrated("matmul", far)
-    route = dispatch._table[far.key.id]
+    route = dispatch.route(far.key.id)
     assert route.candidate.name == "fast_emitted" and route.params == tuned.winner.params
     # a bucket whose nearest winner does not apply falls back to tier priority
     monkeypatch.setattr(FastEmitted, "applies_to", lambda self, region: region.dims["m"] < 200 or "m too large")
     huge = small(300, 24, 24)
     arbiter.run_arbitrated("matmul", huge)
-    assert dispatch._table[huge.key.id].candidate.name == "slow_vendor"
+    assert dispatch.route(huge.key.id).candidate.name == "slow_vendor"
 
 
 def test_policy_tune_measures_on_first_miss(pair):
     r = small()
     arbiter.run_arbitrated("matmul", r, policy="tune")
-    assert dispatch._table[r.key.id].policy == "measured"
+    assert dispatch.route(r.key.id).policy == "measured"
     assert dispatch.store().load_measurements(r.key.id, arbiter.env.environment("cpu").fingerprint)
 
 
@@ -118,5 +118,5 @@ def test_policy_record_serves_by_tier_and_records_the_key(monkeypatch):
     monkeypatch.setenv("ARBITER_POLICY", "record")
     r = small(30, 40, 50)
     arbiter.run_arbitrated("matmul", r)
-    assert dispatch._table[r.key.id].policy == "tier"
+    assert dispatch.route(r.key.id).policy == "tier"
     assert dispatch.store().recorded_keys() == [(r.key.id, {"m": 30, "n": 40, "k": 50})]

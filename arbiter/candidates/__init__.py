@@ -12,6 +12,7 @@ through ``ARBITER_PLUGINS`` (comma-separated module names to import).
 """
 from __future__ import annotations
 
+import contextlib
 import dis
 import enum
 import functools
@@ -423,6 +424,22 @@ class CandidateRegistry:
     def _changed(self):
         for listener in self.listeners:
             listener()
+
+    @contextlib.contextmanager
+    def only(self, target: str, op: str, candidates):
+        """A block in which exactly ``candidates`` serve (``target``, ``op``); the registered ones come back
+        when it ends (tests, and a script comparing a chosen few)."""
+        self.load_builtin(target)
+        with self._lock:
+            saved = dict(self._by_target_op.get((target, op), {}))
+            self._by_target_op[(target, op)] = {c.name: c for c in candidates}
+        self._changed()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._by_target_op[(target, op)] = saved
+            self._changed()
 
     def unregister(self, name: str, target: str, op: str) -> Candidate:
         self.load_builtin(target)

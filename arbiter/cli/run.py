@@ -146,7 +146,7 @@ def run(
             decided.add(region.key.id)
         for _ in range(calls):
             arbiter.run_arbitrated(problem.op, region, policy="tier" if policy == "tune" else policy)
-        route = dispatch._table[region.key.id]
+        route = dispatch.route(region.key.id)
         record = st.load_solution(region.key.id, env.fingerprint)
         failed, gated, default = _gate_counts(region, st, env)
         margin, runner_up = _margin(record, st, region.key.id, env, default) if record else ("", "")

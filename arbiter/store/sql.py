@@ -130,6 +130,14 @@ class SqlStore(Database, Store):
                                 f"Upgrade a writable copy with `arbiter --db COPY doctor`.")
         self.transact(lambda conn: migrate.upgrade(conn, self.where), write=True)
 
+    def forget_cached(self) -> None:
+        """Drop what this store keeps in memory (after rows were written behind its back, e.g. an import):
+        lookups refill it from the database."""
+        with self.lock:
+            self._loaded.clear()
+            self._solutions.clear()
+            self._verdicts.clear()
+
     def version(self) -> int | None:
         return self.transact(migrate.read_version, write=False)
 

@@ -547,9 +547,7 @@ def import_registry(store, data: ExportFile | RegistryExport, *, overwrite: bool
         report["unchanged"] += part["unchanged"]
         room = MAX_CONFLICT_LINES - len(report["conflicts"])
         report["conflicts"] += part["conflicts"][:max(room, 0)]
-    store._loaded.clear()  # caches refill from the database on next use
-    store._solutions.clear()
-    store._verdicts.clear()
+    store.forget_cached()
     return report
 
 

@@ -18,6 +18,13 @@ _targets: dict[str, "Target"] = {}
 _by_type: dict[type, tuple[str, object]] = {}
 
 
+def register_array_type(array_type: type, name: str, adopt) -> None:
+    """Region construction finds target ``name`` for ``array_type`` by one lookup (``adopt(array)`` gives the
+    native array and the conversion back); a target whose array type exists only once its module is imported
+    announces it here."""
+    _by_type[array_type] = (name, adopt)
+
+
 class Target:
     """The contract of a target. Subclasses live one per file beside this one."""
 

@@ -458,4 +458,4 @@ def _blas_version_text(code: int) -> str:
 TARGET = RocmTarget()
 # Region construction finds a target by array type (one dict lookup); RocmArray exists only once this
 # module is imported, so it announces itself here.
-targets._by_type[RocmArray] = ("rocm", TARGET.adopt)
+targets.register_array_type(RocmArray, "rocm", TARGET.adopt)

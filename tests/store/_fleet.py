@@ -33,8 +33,7 @@ def pose_as(env_class: str) -> str:
 
     real = envmod.environment("cpu")
     posed = envmod.EnvironmentKey.from_fields("cpu", {**real.as_dict(), "test_class": env_class})
-    envmod._cache["cpu"] = posed
-    return posed.fingerprint
+    return envmod.adopt("cpu", posed.fingerprint, posed.as_dict()).fingerprint
 
 
 def dispatch_all(db: str, policy: str, n: int = len(KEYS)) -> None:
