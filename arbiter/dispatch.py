@@ -29,16 +29,19 @@ Two switches, read on each miss (never on the hot path):
 """
 from __future__ import annotations
 
+import inspect
 import os
 import sys
 import threading
 
 from arbiter import env as envmod
-from arbiter import select
+from arbiter import regions, select
 from arbiter.candidates import REGISTRY, Fallback, params_id, run_for_torch
 from arbiter.errors import RegionError, StrictMissError
 from arbiter.ladder import nearest_winners
+from arbiter.ops import op_kind
 from arbiter.store import CountDelta, MemoryStore, SolutionRecord, default_store, flusher
+from arbiter.tune import tune_region
 
 POLICIES = ("tier", "tune", "record", "strict")
 
@@ -116,8 +119,6 @@ def configure(*, store=None, policy: str | None = None, looser_accuracy: bool | 
     if looser_accuracy is not None:
         if not isinstance(looser_accuracy, bool):
             raise ValueError(f"looser_accuracy: must be True or False, got {looser_accuracy!r}")
-        from arbiter import regions
-
         regions.consent_to_looser(looser_accuracy)
     with _state.lock:
         if store is not None:
@@ -243,10 +244,6 @@ def bind(op: str, *operands, policy: str | None = None, **attrs) -> Bound:
     ``residual=``) are bound too and passed positionally after the others, in the constructor's order.
     Pointwise chains (operands inside ``ops``) and ``out=`` are not bindable.
     """
-    import inspect
-
-    from arbiter.ops import op_kind
-
     kind = op_kind(op)
     if op == "pointwise":
         raise RegionError("op", "pointwise chains carry operands inside ops; call run_arbitrated with a "
@@ -344,8 +341,6 @@ def _miss(region, policy):
         # replace a measured or forced winner for every process (issue 20 item 4).
         decision = select.decide(region, st, prefer=nearest_winners(region, st, env))
     elif policy == "tune":
-        from arbiter.tune import tune_region
-
         decision = tune_region(region, st)
     else:
         decision = decide_and_store(region, st, prefer=nearest_winners(region, st, env),  # the bucket ladder

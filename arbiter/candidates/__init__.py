@@ -19,7 +19,6 @@ import functools
 import hashlib
 import importlib
 import inspect
-import json
 import os
 import pkgutil
 import threading
@@ -28,10 +27,9 @@ from dataclasses import dataclass
 from typing import Callable, ClassVar
 
 from arbiter import gate
-from arbiter.keys import params_id
+from arbiter.keys import params_id as params_id  # re-exported: the solution index's text, beside the candidates
 from arbiter.store import set_tier_lookup
 
-__all__ = ["params_id"]  # re-exported: the solution index's text, used wherever candidates are
 ENTRY_POINT_GROUP = "kernel_arbiter.candidates"
 
 

@@ -33,6 +33,7 @@ from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictInt, Valid
                       model_validator)
 from sqlalchemy import insert, select, update
 
+from arbiter.env import EnvironmentKey
 from arbiter.errors import RegistryError
 from arbiter.keys import ProblemKey
 from arbiter.ops import OPS
@@ -132,8 +133,6 @@ class EnvironmentModel(_Model):
     def _digest(self):
         """The fingerprint is the digest of the fields: edited fields would be stored under a fingerprint that is
         not theirs (and served as if they were). Only a fingerprint-only entry (no fields) cannot be checked."""
-        from arbiter.env import EnvironmentKey
-
         if self.fields:
             digest = EnvironmentKey.from_fields(self.target, self.fields).fingerprint
             if digest != self.fingerprint:
