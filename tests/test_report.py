@@ -17,6 +17,7 @@ from arbiter.candidates import Contract
 from arbiter import env as envmod
 from arbiter.cli import app
 from arbiter.env import EnvironmentKey
+from arbiter.keys import ProblemKey
 from arbiter.regions import Matmul
 from arbiter.report import collect, render, work, write
 from arbiter.store import SolutionRecord
@@ -100,8 +101,8 @@ def test_page_shows_every_part(registry):
     page = render(collect(layers_of(path)))
     assert "<h2" in page and "cpu · matmul · float32" in page
     winners = re.findall(r"<code>(cpu:matmul:[^<]+)</code></td><td><b>([^<]+)</b>", page)
-    assert {(k.split(":")[-1], w) for k, w in winners} == {("m16,n16,k16", "fast_emitted"),
-                                                          ("m32,n32,k32", "fast_emitted")}
+    assert {(ProblemKey.parse(k).shape_text, w) for k, w in winners} == {("16x16x16", "fast_emitted"),
+                                                                        ("32x32x32", "fast_emitted")}
     reason = next(v for _, _, v in sql.verdicts() if not v.passed).reason
     assert "exceeds" in reason or "error" in reason  # the gate's own words, not a placeholder
     assert f"<td>off_by_one</td><td>{html.escape(reason)}</td>" in page
