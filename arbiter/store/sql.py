@@ -16,7 +16,8 @@ Contract, beyond ``arbiter.store.Store``:
   once); a key not in the cache is looked up once more in the database, so a
   solution another process committed since is still found.
 
-What is stored, current or stale, and pruning it: ``arbiter.store.inventory``.
+What is stored over the layers and whether it is current or stale (what ``prune`` removes):
+``arbiter.store.inventory``.
 """
 from __future__ import annotations
 
@@ -41,6 +42,7 @@ from arbiter.store.diagnostics import (SYSTEM_FIX, UnwritableRegistry, check_sql
 from arbiter.store.models import (SCHEMA_VERSION, CandidateRow, CounterRow, Environment, MeasurementRow,
                                   ProblemKeyRow, RecordedKey, SolutionRow, VerdictRow)
 from arbiter.store.transactions import Database
+
 
 def _contract_json(candidate) -> str | None:
     contract = getattr(candidate, "contract", None)
