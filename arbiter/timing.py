@@ -42,8 +42,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from arbiter import targets
+from arbiter.solution import TimingMode
 
-MODES = ("device", "latency", "stream")
+MODES = tuple(TimingMode)  # device, latency, stream
 STREAM_CALLS = 20  # calls per sample in stream mode
 DEFAULT_SCREEN = ((3, 1.5), (10, 1.15))
 

@@ -18,13 +18,14 @@ import functools
 import hashlib
 import importlib
 import inspect
-import json
 import os
 import pkgutil
 import threading
 import warnings
 from dataclasses import dataclass
 from typing import Callable, ClassVar
+
+from arbiter.solution import Solution, params_id  # noqa: F401  (re-exported: plug-ins import them from here)
 
 ENTRY_POINT_GROUP = "kernel_arbiter.candidates"
 
@@ -95,11 +96,6 @@ class Fallback:
     def __init__(self, result, reason: str = "declined"):
         self.result = result
         self.reason = reason
-
-
-def params_id(params: dict) -> str:
-    """Canonical text of a parameter set (the stored solution index)."""
-    return json.dumps(params, sort_keys=True, separators=(",", ":")) if params else "{}"
 
 
 class Candidate:
