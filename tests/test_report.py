@@ -86,7 +86,8 @@ def test_collect_reads_winners_rejections_counters_and_stale(registry):
         [rejected] = k.rejected
         assert rejected.solution.label == "off_by_one" and rejected.reason
         assert k.looser["fast_emitted"].rel_fro == 1e-3
-    counted = {k.key.shape_text: [(c.candidate_name, c.hits, c.loads, c.misses) for c in k.counts] for k in section.keys}
+    counted = {k.key.shape_text: [(c.candidate_name, c.hits, c.loads, c.misses) for c in k.counts]
+               for k in section.keys}
     assert counted == {"16x16x16": [("fast_emitted", 2, 1, 0)], "32x32x32": []}  # the first call loads it
     assert report.zero_hit == 1
     [stale] = report.stale
