@@ -206,7 +206,7 @@ def _figure_available() -> str:
     return ""
 
 
-def _modes(section: Section) -> list[str]:
+def _modes(section: Section) -> list[TimingMode]:
     """Timing modes worth a panel: device, and latency where it differs (on the CPU one run serves both)."""
     by_mode: dict[str, dict] = {}
     for k in section.keys:

@@ -69,7 +69,7 @@ def _margin(record, st, key_id, env, default: Solution | None) -> tuple[str, str
     me = record.solution
     if me not in timings or len(timings) < 2:
         return "", ""
-    if me != default and default in timings:
+    if default is not None and default != me and default in timings:
         rival = default
     else:
         # Screened solutions keep a short estimate (3 or 10 repetitions): ranked last, as the tuner does.
