@@ -142,13 +142,13 @@ def collect(layers: list[tuple[str, object]], *, target: str | None = None, op: 
     for name, sql in layers:
         for r in sql.solutions():
             solutions.setdefault((r.key, r.env), (name, r))
-        for vkey, cand, verdict in sql.verdicts():
+        for vkey, candidate_name, verdict in sql.verdicts():
+            solution = Solution.from_text(candidate_name, vkey.params_id, vkey.identity)
             if not verdict.passed:
                 rejected.setdefault((vkey.key, vkey.env), []).append(
-                    Rejected(Solution.from_text(cand, vkey.params_id), verdict.reason, verdict.rel_error))
+                    Rejected(solution, verdict.reason, verdict.rel_error))
             elif verdict.looser_budget:
-                looser.setdefault((vkey.key, vkey.env), {})[Solution.from_text(cand, vkey.params_id).label] = \
-                    verdict.budget
+                looser.setdefault((vkey.key, vkey.env), {})[solution.label] = verdict.budget
     counts: dict[tuple[str, str], list[CountDelta]] = {}
     if layers:
         for c in layers[0][1].counts():  # counters are the user's own dispatches
