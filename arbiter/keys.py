@@ -16,7 +16,13 @@ object with ``bound(n)`` and ``edges(bound)``.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+
+
+def params_id(params: dict) -> str:
+    """Canonical text of a parameter set (the stored solution index)."""
+    return json.dumps(params, sort_keys=True, separators=(",", ":")) if params else "{}"
 
 
 class Pow2:

@@ -14,13 +14,18 @@ The enums are text-valued so that what is stored, exported and printed is the te
 ``ChosenBy`` (how a winner was chosen; not to be confused with the *miss policy* of ``dispatch``) and
 ``TimingMode``.
 
-Nothing here imports the rest of the package: the store sits above this module.
+Nothing here imports the rest of the package but ``keys`` (for ``params_id``, the canonical text): the store
+sits above this module.
 """
 from __future__ import annotations
 
 import enum
 import json
 from dataclasses import dataclass, field
+
+from arbiter.keys import params_id
+
+__all__ = ["ChosenBy", "Solution", "TextEnum", "TimingMode", "params_id"]
 
 
 class TextEnum(str, enum.Enum):
@@ -49,11 +54,6 @@ class TimingMode(TextEnum):
     DEVICE = "device"  # events around one call, L2 flushed before it
     LATENCY = "latency"  # host clock around one call plus a synchronize
     STREAM = "stream"  # calls back to back between two events, per call
-
-
-def params_id(params: dict) -> str:
-    """Canonical text of a parameter set (the stored solution index)."""
-    return json.dumps(params, sort_keys=True, separators=(",", ":")) if params else "{}"
 
 
 @dataclass(frozen=True)

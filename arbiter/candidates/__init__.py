@@ -25,7 +25,9 @@ import warnings
 from dataclasses import dataclass
 from typing import Callable, ClassVar
 
-from arbiter.solution import Solution, params_id  # noqa: F401  (re-exported: plug-ins import them from here)
+from arbiter.keys import params_id
+
+__all__ = ["params_id"]  # re-exported: the solution index's text, used wherever candidates are
 
 ENTRY_POINT_GROUP = "kernel_arbiter.candidates"
 

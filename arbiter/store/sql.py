@@ -622,7 +622,7 @@ class SqlStore(Store):
     # --- measurements -------------------------------------------------------
     def save_measurements(self, key, env, measurements):
         target, fields = self._env_of(env, _key_target(key))
-        from arbiter.solution import params_id
+        from arbiter.keys import params_id
 
         rows = [dict(key=key, env=env, candidate=m.candidate_name, params=params_id(m.params), mode=m.mode,
                      reps=int(m.reps), median_s=_num(m.median_s), p20_s=_num(m.p20_s), p80_s=_num(m.p80_s),
