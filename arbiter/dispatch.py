@@ -36,25 +36,38 @@ import threading
 
 from arbiter import env as envmod
 from arbiter import regions, select
-from arbiter.candidates import REGISTRY, Fallback, params_id, run_for_torch
+from arbiter.candidates import REGISTRY, Fallback, run_for_torch
 from arbiter.errors import RegionError, StrictMissError
 from arbiter.ladder import nearest_winners
 from arbiter.ops import op_kind
+from arbiter.solution import ChosenBy, Solution, TextEnum
 from arbiter.store import CountDelta, MemoryStore, SolutionRecord, default_store, flusher
 from arbiter.tune import tune_region
 
-POLICIES = ("tier", "tune", "record", "strict")
+
+class MissPolicy(TextEnum):
+    """What a miss (a key the dispatch table lacks) does; not how its winner was chosen (``ChosenBy``)."""
+
+    TIER = "tier"  # serve a stored solution, else verify and choose by tier, and store that (default)
+    TUNE = "tune"  # measure every passing solution now and persist the winner
+    RECORD = "record"  # as tier, and record the key for offline tuning
+    STRICT = "strict"  # serve stored solutions only; raise StrictMissError otherwise
+
+
+POLICIES = tuple(p.value for p in MissPolicy)  # their texts (the policy= argument, ARBITER_POLICY)
 
 
 class Route:
-    """A key's installed solution and its counters: hits (served from the table), misses (the key decided
-    here), loads (a stored solution installed), fallbacks (a stand-in served; see ``CountDelta``)."""
+    """A key's installed solution, how it was chosen, and its counters: hits (served from the table), misses
+    (the key decided here), loads (a stored solution installed), fallbacks (a stand-in served; see
+    ``CountDelta``). ``candidate`` and ``params`` are the solution's, kept for the hot path."""
 
-    __slots__ = ("key", "candidate", "params", "run", "policy", "hits", "misses", "fallbacks", "loads",
-                 "flushed", "env")
+    __slots__ = ("key", "solution", "candidate", "params", "run", "chosen_by", "hits", "misses", "fallbacks",
+                 "loads", "flushed", "env")
 
-    def __init__(self, key, candidate, params, policy, env):
-        self.key, self.candidate, self.params, self.policy, self.env = key, candidate, params, policy, env
+    def __init__(self, key, candidate, solution: Solution, chosen_by: ChosenBy, env):
+        self.key, self.candidate, self.solution, self.chosen_by, self.env = key, candidate, solution, chosen_by, env
+        self.params = solution.params
         self.run = candidate.run
         self.hits = self.misses = self.fallbacks = self.loads = 0
         self.flushed = (0, 0, 0, 0)
@@ -63,17 +76,16 @@ class Route:
         return self.hits, self.misses, self.fallbacks, self.loads
 
     @property
-    def label(self):
-        p = params_id(self.params)
-        return self.candidate.name if p == "{}" else f"{self.candidate.name}{p}"
+    def label(self) -> str:
+        return self.solution.label
 
 
 class _State:
     def __init__(self):
         self.table: dict[str, Route] = {}  # key id -> installed route (the hot path reads only this)
-        self.routes: dict[tuple[str, str, str], Route] = {}  # (key id, name, params) -> route, ever used
+        self.routes: dict[tuple[str, Solution], Route] = {}  # (key id, solution) -> route, ever used
         self.lock = threading.RLock()
-        self.policy: str | None = None
+        self.policy: str | None = None  # the default miss policy (configure(policy=...))
         self.store = None
         self.verified = 0  # verdicts computed in this process (0 on a warm registry)
         self.scratch = None  # verdicts while ARBITER_DISABLE is set: a MemoryStore, never the registry
@@ -259,13 +271,14 @@ def bind(op: str, *operands, policy: str | None = None, **attrs) -> Bound:
 
 
 # --- misses -----------------------------------------------------------------
-def _install(decision_key, candidate, params, policy, env, counter: str | None) -> Route:
-    ident = (decision_key.id, candidate.name, params_id(params))
+def _install(decision_key, candidate, params, chosen_by: ChosenBy, env, counter: str | None) -> Route:
+    solution = Solution(candidate.name, params)
+    ident = (decision_key.id, solution)
     with _state.lock:
         route = _state.routes.get(ident)
         if route is None or route.candidate is not candidate:
-            route = _state.routes[ident] = Route(decision_key, candidate, params, policy, env)
-        route.policy = policy
+            route = _state.routes[ident] = Route(decision_key, candidate, solution, chosen_by, env)
+        route.chosen_by = chosen_by
         if counter is not None:
             setattr(route, counter, getattr(route, counter) + 1)
         _table[decision_key.id] = route
@@ -277,17 +290,18 @@ def _stored(region, st, env):
     record = st.load_solution(region.key.id, env.fingerprint)
     if record is None:
         return None, None
-    cand = REGISTRY.get(record.candidate, region.target, region.op)
+    name = record.candidate_name
+    cand = REGISTRY.get(name, region.target, region.op)
     if cand is None:
-        return None, f"stored winner {record.candidate!r} is no longer registered"
+        return None, f"stored winner {name!r} is no longer registered"
     if cand.available() is not True:
-        return None, f"stored winner {record.candidate!r} is unavailable"
+        return None, f"stored winner {name!r} is unavailable"
     if cand.applies_to(region) is not True:
-        return None, f"stored winner {record.candidate!r} does not apply to this instance"
+        return None, f"stored winner {name!r} does not apply to this instance"
     row = select.Row(cand, record.params)
     _state.verified += select.gate(row, region, st, env)  # verified once per identity and environment
-    if row.status != "passed":
-        return None, f"stored winner {record.candidate!r} fails the gate now: {row.reason}"
+    if row.status != select.Status.PASSED:
+        return None, f"stored winner {name!r} fails the gate now: {row.reason}"
     return (cand, record), None
 
 
@@ -299,7 +313,7 @@ def _announce(route, how: str, decision=None) -> None:
     """ARBITER_VERBOSE: one line per decision (and one per solution that failed the gate)."""
     lines = [f"arbiter: {route.key.id} -> {route.label} ({how})"]
     for row in decision.rows if decision is not None else ():
-        if row.status == "failed":
+        if row.status == select.Status.FAILED:
             lines.append(f"arbiter:   failed the gate: {row.label}: {row.reason}")
     print("\n".join(lines), file=sys.stderr, flush=True)
 
@@ -310,8 +324,8 @@ def _serve_disabled(region):
         if _state.scratch is None:
             _state.scratch = MemoryStore()
     decision = select.decide(region, _state.scratch, gate_all=False)
-    route = _install(region.key, decision.winner.candidate, decision.winner.params, "disabled", decision.env,
-                     "misses")
+    route = _install(region.key, decision.winner.candidate, decision.winner.params, ChosenBy.DISABLED,
+                     decision.env, "misses")
     if _switch("ARBITER_VERBOSE"):
         _announce(route, "ARBITER_DISABLE: tier default, registry not used", decision)
     return route
@@ -321,6 +335,7 @@ def _miss(region, policy):
     policy = policy or default_policy()
     if policy not in POLICIES:
         raise ValueError(f"policy: {policy!r} is not one of {', '.join(POLICIES)}")
+    policy = MissPolicy(policy)
     if _switch("ARBITER_DISABLE"):
         return _serve_disabled(region)
     st = store()
@@ -328,33 +343,33 @@ def _miss(region, policy):
     found, why_not = _stored(region, st, env)
     if found is not None:
         cand, record = found
-        route = _install(region.key, cand, record.params, record.policy, env, "loads")  # nothing decided
+        route = _install(region.key, cand, record.params, record.chosen_by, env, "loads")  # nothing decided
         if _switch("ARBITER_VERBOSE"):
             margin = "" if record.margin is None else f", margin {record.margin * 100:+.1f}%"
-            _announce(route, f"stored, {record.policy}{margin}" + (f": {record.note}" if record.note else ""))
+            _announce(route, f"stored, {record.chosen_by}{margin}" + (f": {record.note}" if record.note else ""))
         return route
-    if policy == "strict":
+    if policy == MissPolicy.STRICT:
         raise StrictMissError(region.key, why_not)
     if why_not is not None:
         # The key has a shared winner that this process cannot serve (an operand it does not apply to, a
         # plug-in not loaded here, ...): the stand-in chosen now serves this process only. Stored, it would
         # replace a measured or forced winner for every process (issue 20 item 4).
         decision = select.decide(region, st, prefer=nearest_winners(region, st, env))
-    elif policy == "tune":
+    elif policy == MissPolicy.TUNE:
         decision = tune_region(region, st)
     else:
         decision = decide_and_store(region, st, prefer=nearest_winners(region, st, env),  # the bucket ladder
                                     replace=False)
-        if policy == "record":
+        if policy == MissPolicy.RECORD:
             st.record_key(region.key.id, region.dims, env.fingerprint)
     _state.verified += decision.verified_now
     winner = decision.winner
     # A stored solution that could not be served makes this a fallback, not a plain miss.
-    route = _install(region.key, winner.candidate, winner.params, decision.policy, env,
+    route = _install(region.key, winner.candidate, winner.params, decision.chosen_by, env,
                      "fallbacks" if why_not else "misses")
     if _switch("ARBITER_VERBOSE"):
         margin = "" if decision.margin is None else f", margin {decision.margin * 100:+.1f}%"
-        _announce(route, f"decided now, {decision.policy}{margin}" + (f": {decision.note}" if decision.note else "")
+        _announce(route, f"decided now, {decision.chosen_by}{margin}" + (f": {decision.note}" if decision.note else "")
                   + (f"; {why_not}" if why_not else ""), decision)
     return route
 
@@ -364,8 +379,8 @@ def decide_and_store(region, st, *, force=None, prefer=None, gate_all=False, rep
     winner yet (a tier choice made on a miss must not overwrite one another process measured meanwhile)."""
     decision = select.decide(region, st, force=force, prefer=prefer, gate_all=gate_all)
     w = decision.winner
-    record = SolutionRecord(region.key.id, w.candidate.name, w.candidate.identity(), w.params, decision.policy,
-                            decision.env.fingerprint, note=decision.note)
+    record = SolutionRecord.of(region.key.id, Solution.of(w.candidate, w.params), decision.chosen_by,
+                               decision.env.fingerprint, note=decision.note)
     if replace:
         st.save_solution(record, decision.env)
     else:
@@ -384,7 +399,7 @@ def arbitrate(op: str, region, force: str | None = None):
     decision = decide_and_store(region, st, force=force, gate_all=True)
     _state.verified += decision.verified_now
     w = decision.winner
-    _install(region.key, w.candidate, w.params, decision.policy, decision.env, None)  # not a dispatch yet
+    _install(region.key, w.candidate, w.params, decision.chosen_by, decision.env, None)  # not a dispatch yet
     return decision
 
 
@@ -394,7 +409,7 @@ def stats() -> list[dict]:
     with _state.lock:
         return [
             {"key": r.key.id, "target": r.key.target, "op": r.key.op, "solution": r.label,
-             "tier": r.candidate.tier.name, "policy": r.policy, "hits": r.hits, "loads": r.loads,
+             "tier": r.candidate.tier.name, "policy": str(r.chosen_by), "hits": r.hits, "loads": r.loads,
              "misses": r.misses, "fallbacks": r.fallbacks, "installed": _table.get(r.key.id) is r}
             for r in _state.routes.values()
         ]
@@ -421,14 +436,14 @@ def flush() -> None:
         taken, deltas = [], []
         with _state.lock:
             for r in _state.routes.values():
-                if r.policy == "disabled":  # ARBITER_DISABLE: the registry is not written
+                if r.chosen_by == ChosenBy.DISABLED:  # ARBITER_DISABLE: the registry is not written
                     continue
                 now = r.counts()
                 d = tuple(a - b for a, b in zip(now, r.flushed))
                 if any(d):
                     taken.append((r, now))
-                    deltas.append(CountDelta(r.key.id, r.candidate.name, params_id(r.params), r.env.fingerprint,
-                                             *d))
+                    deltas.append(CountDelta(r.key.id, r.solution.candidate_name, r.solution.params_id,
+                                             r.env.fingerprint, *d))
         if not deltas:
             return
         st.add_counts(deltas)  # raises: nothing was marked, so every count stays pending

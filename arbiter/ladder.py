@@ -10,20 +10,20 @@ from __future__ import annotations
 
 import math
 
-from arbiter.candidates import params_id
 from arbiter.keys import ProblemKey
+from arbiter.solution import ChosenBy, Solution
 
 
 def _distance(a, b) -> float:
     return sum(abs(math.log2(max(x, 1)) - math.log2(max(y, 1))) for (_, x), (_, y) in zip(a, b))
 
 
-def nearest_winners(region, store, env) -> list[tuple[str, dict]]:
-    """(candidate name, params) of the nearest measured buckets' winners, nearest first."""
+def nearest_winners(region, store, env) -> list[Solution]:
+    """The solutions that won the nearest measured buckets, nearest first, each once."""
     key = region.key
     scored = []
     for record in store.solutions(env.fingerprint):
-        if record.policy != "measured" or record.key == key.id:
+        if record.chosen_by != ChosenBy.MEASURED or record.key == key.id:
             continue
         try:
             other = ProblemKey.parse(record.key)
@@ -33,10 +33,7 @@ def nearest_winners(region, store, env) -> list[tuple[str, dict]]:
                 (key.target, key.op, key.dtype, key.layout, key.attrs):
             continue
         scored.append((_distance(key.bucket, other.bucket), [v for _, v in other.bucket], record))
-    found, seen = [], set()
+    found: dict[Solution, None] = {}  # insertion-ordered: nearest first, each solution once
     for _, _, record in sorted(scored, key=lambda s: (s[0], s[1])):
-        ident = (record.candidate, params_id(record.params))
-        if ident not in seen:
-            seen.add(ident)
-            found.append((record.candidate, record.params))
-    return found
+        found.setdefault(record.solution)
+    return list(found)

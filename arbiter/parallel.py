@@ -68,8 +68,9 @@ def _worker(wid, device, target, tasks, results, mode, isolate, budget_s, timing
             decision = tune_region(region, store, mode=mode, budget_s=budget_s, runner=runner,
                                    timing_lock=timing_lock)
             w = decision.winner
-            results.put(("done", wid, index, {"key": region.key.id, "winner": w.label, "policy": decision.policy,
-                                              "margin": decision.margin, "device": device, "env": fingerprint}))
+            results.put(("done", wid, index, {"key": region.key.id, "winner": w.label,
+                                              "policy": str(decision.chosen_by), "margin": decision.margin,
+                                              "device": device, "env": fingerprint}))
         except Exception as exc:  # a key that cannot be tuned is reported; the worker goes on
             results.put(("failed", wid, index, f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=2)}"))
     if hasattr(store, "close"):

@@ -35,8 +35,8 @@ import tempfile
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from arbiter.candidates import params_id
 from arbiter.keys import ProblemKey
+from arbiter.solution import Solution, TimingMode
 from arbiter.store import CountDelta, MeasurementRecord, SolutionRecord
 from arbiter.store import inventory
 
@@ -59,15 +59,9 @@ def work(op: str, dims: dict[str, int], dtype: str) -> tuple[float, str] | None:
     return None
 
 
-def label(candidate: str, params) -> str:
-    """A solution's display name: the candidate, then its parameters when it has any."""
-    p = params if isinstance(params, str) else params_id(params)
-    return candidate if p == "{}" else f"{candidate}{p}"
-
-
 @dataclass
 class Rejected:
-    solution: str
+    solution: Solution
     reason: str
     rel_error: float
 
@@ -78,7 +72,7 @@ class KeyEntry:
 
     key: ProblemKey
     layer: str
-    solution: SolutionRecord | None  # None when every solution failed the gate
+    record: SolutionRecord | None  # the stored winner; None when every solution failed the gate
     measurements: list[MeasurementRecord]
     rejected: list[Rejected]
     counts: list[CountDelta]
@@ -90,7 +84,8 @@ class KeyEntry:
 
     @property
     def winner(self) -> str | None:
-        return None if self.solution is None else label(self.solution.candidate, self.solution.params)
+        """The winner's label."""
+        return None if self.record is None else self.record.solution.label
 
 
 @dataclass
@@ -113,7 +108,7 @@ class Section:
 @dataclass
 class StaleEntry:
     layer: str
-    solution: SolutionRecord
+    record: SolutionRecord
     changed: dict[str, tuple[str | None, str | None]]  # field -> (stored, now); {} when the stored fields are unknown
 
 
@@ -134,12 +129,13 @@ def collect(layers: list[tuple[str, object]], *, target: str | None = None, op: 
     rejected: dict[tuple[str, str], list[Rejected]] = {}
     looser: dict[tuple[str, str], dict[str, object]] = {}
     for name, sql in layers:
-        for vkey, cand, verdict in sql.verdicts():
+        for vkey, candidate_name, verdict in sql.verdicts():
+            solution = Solution.from_text(candidate_name, vkey.params_id, vkey.identity)
             if not verdict.passed:
                 rejected.setdefault((vkey.key, vkey.env), []).append(
-                    Rejected(label(cand, vkey.params), verdict.reason, verdict.rel_error))
+                    Rejected(solution, verdict.reason, verdict.rel_error))
             elif verdict.looser_budget:
-                looser.setdefault((vkey.key, vkey.env), {})[label(cand, vkey.params)] = verdict.budget
+                looser.setdefault((vkey.key, vkey.env), {})[solution.label] = verdict.budget
     counts: dict[tuple[str, str], list[CountDelta]] = {}
     if layers:
         for c in layers[0][1].counts():  # counters are the user's own dispatches
@@ -173,19 +169,17 @@ def collect(layers: list[tuple[str, object]], *, target: str | None = None, op: 
     sections = [Section(t, o, d, e, sorted(keys, key=lambda k: (k.size, k.key.id)))
                 for (t, o, d, e), keys in sorted(entries.items())]
     zero = sum(1 for s in sections if envs.get(s.env, {}).get("state") == "current" for k in s.keys
-               if k.solution is not None and _hits(k) == 0)
+               if k.record is not None and _hits(k) == 0)
     where = getattr(layers[0][1], "where", "?") if layers else "?"
     return Report(where, datetime.now(timezone.utc), envs, sections, stale, zero)
 
 
 def _hits(entry: KeyEntry, dispatches: bool = False) -> int:
     """The winner's hits; with ``dispatches``, every call it took (hits, loads, misses and fallbacks)."""
-    s = entry.solution
-    if s is None:
+    if entry.record is None:
         return 0
-    pid = params_id(s.params)
-    return sum(c.total() if dispatches else c.hits for c in entry.counts
-               if c.candidate == s.candidate and c.params == pid)
+    winner = entry.record.solution
+    return sum(c.total() if dispatches else c.hits for c in entry.counts if c.solution == winner)
 
 
 # --- plots ---------------------------------------------------------------------------------------------------
@@ -199,15 +193,15 @@ def _figure_available() -> str:
     return ""
 
 
-def _modes(section: Section) -> list[str]:
+def _modes(section: Section) -> list[TimingMode]:
     """Timing modes worth a panel: device, and latency where it differs (on the CPU one run serves both)."""
     by_mode: dict[str, dict] = {}
     for k in section.keys:
         for m in k.measurements:
-            by_mode.setdefault(m.mode, {})[(k.key.id, m.candidate, params_id(m.params))] = m.median_s
-    modes = [m for m in ("device", "latency") if m in by_mode]
-    if modes == ["device", "latency"] and by_mode["device"] == by_mode["latency"]:
-        modes = ["device"]
+            by_mode.setdefault(m.mode, {})[(k.key.id, m.solution)] = m.median_s
+    modes = [m for m in (TimingMode.DEVICE, TimingMode.LATENCY) if m in by_mode]
+    if modes == [TimingMode.DEVICE, TimingMode.LATENCY] and by_mode[TimingMode.DEVICE] == by_mode[TimingMode.LATENCY]:
+        modes = [TimingMode.DEVICE]
     return modes
 
 
@@ -285,7 +279,7 @@ def figure(section: Section, family: Family):
     keys = family.keys
     has_work = work(section.op, _dims(keys[0]), section.dtype) is not None
     panels = [(m, "time") for m in modes] + ([(modes[0], "rate")] if has_work else [])
-    solutions = sorted({label(m.candidate, m.params) for k in keys for m in k.measurements})
+    solutions = sorted({m.solution.label for k in keys for m in k.measurements})
     fig = Figure(figsize=(5.2 * len(panels), 3.8), dpi=96)
     FigureCanvasAgg(fig)
     colors = {s: f"C{i % 10}" for i, s in enumerate(solutions)}
@@ -310,7 +304,7 @@ def figure(section: Section, family: Family):
             pts = []
             for k in keys:
                 for m in k.measurements:
-                    if m.mode == mode and label(m.candidate, m.params) == sol and m.median_s == m.median_s:
+                    if m.mode == mode and m.solution.label == sol and m.median_s == m.median_s:
                         pts.append((_size(k), k, m))
             if not pts:
                 continue
@@ -416,14 +410,14 @@ def _section_html(s: Section, env_state: str, plots: bool) -> str:
                      "<code>arbiter tune</code> measures them).</p>")
     rows = []
     for k in s.keys:
-        r = k.solution
+        r = k.record
         hits = _hits(k)
         b = k.looser.get(k.winner) if r else None
         budget = (f"<span class=warn>looser, declared: rel {b.rel_fro:.0e}, atol {b.atol:.0e}, "
                   f"rtol {b.rtol:.0e}</span>" if b is not None else "published" if r else "")
         rows.append([f"<code>{_e(k.key.id)}</code>",
                      f"<b>{_e(k.winner)}</b>" if r else "<span class=stale>none: every solution failed the gate</span>",
-                     _e(r.policy) if r else "", _fmt(r.margin * 100 if r and r.margin is not None else None, "+.1f"),
+                     _e(r.chosen_by) if r else "", _fmt(r.margin * 100 if r and r.margin is not None else None, "+.1f"),
                      _e(r.note) if r else "", budget,
                      (str(hits) if hits or _hits(k, dispatches=True) else
                       "<span class=warn>0 (never dispatched)</span>") if r else "",
@@ -433,7 +427,7 @@ def _section_html(s: Section, env_state: str, plots: bool) -> str:
     timed = []
     for k in s.keys:
         for m in sorted(k.measurements, key=lambda m: (m.mode, m.median_s)):
-            sol = label(m.candidate, m.params)
+            sol = m.solution.label
             timed.append([_e(k.key.shape_text), ("★ " if sol == k.winner else "") + _e(sol), _e(m.mode),
                           _fmt(m.median_s * 1e6, ",.2f"), _fmt(m.spread * 100, ".1f"),
                           f"{m.reps}{' screened' if m.screened else ''}"])
@@ -441,14 +435,14 @@ def _section_html(s: Section, env_state: str, plots: bool) -> str:
         parts.append("<details><summary>Measurements</summary>"
                      + _table(["bucket", "solution", "mode", "median µs", "spread %", "reps"], timed,
                               numeric=(3, 4)) + "</details>")
-    failed = [[f"<code>{_e(k.key.id)}</code>", _e(f.solution), _e(f.reason), _e(error_cell(f))]
-              for k in s.keys for f in sorted(k.rejected, key=lambda f: f.solution)]
+    failed = [[f"<code>{_e(k.key.id)}</code>", _e(f.solution.label), _e(f.reason), _e(error_cell(f))]
+              for k in s.keys for f in sorted(k.rejected, key=lambda f: f.solution.label)]
     if failed:
         parts.append("<h3>Rejected by the gate</h3>" + _table(["key", "solution", "reason", "rel error"], failed))
     counted = []
     for k in s.keys:
-        for c in sorted(k.counts, key=lambda c: (-c.hits, c.candidate)):
-            sol = label(c.candidate, c.params)
+        for c in sorted(k.counts, key=lambda c: (-c.hits, c.candidate_name)):
+            sol = c.solution.label
             counted.append([f"<code>{_e(k.key.id)}</code>", ("★ " if sol == k.winner else "") + _e(sol),
                             str(c.hits), str(c.loads), str(c.misses), str(c.fallbacks)])
     if counted:
@@ -485,11 +479,11 @@ def render(report: Report) -> str:
     body.append('<h2 id="stale">Stale entries</h2>')
     if report.stale:
         rows = []
-        for st in sorted(report.stale, key=lambda st: st.solution.key):
+        for st in sorted(report.stale, key=lambda st: st.record.key):
             changed = "<br>".join(f"{_e(k)}: {_e(a)} → {_e(b)}" for k, (a, b) in st.changed.items()) \
                 or "(stored fields unknown)"
-            rows.append([f"<code>{_e(st.solution.key)}</code>", _e(label(st.solution.candidate, st.solution.params)),
-                         f"<code>{_e(st.solution.env)}</code>", changed, _e(st.layer)])
+            rows.append([f"<code>{_e(st.record.key)}</code>", _e(st.record.solution.label),
+                         f"<code>{_e(st.record.env)}</code>", changed, _e(st.layer)])
         body.append("<p>Measured under another environment: never served here. Re-tune them with "
                     "<code>arbiter tune --retune-stale</code>; remove them with <code>arbiter prune --stale</code>.</p>"
                     + _table(["key", "winner", "stored env", "what changed", "layer"], rows, cls="stale"))

@@ -11,29 +11,44 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from arbiter import env as envmod
-from arbiter.candidates import REGISTRY, Candidate, params_id
+from arbiter.candidates import REGISTRY, Candidate
 from arbiter.errors import NoCandidateError
 from arbiter.oracles.budgets import budget_for
+from arbiter.solution import ChosenBy, Solution, TextEnum
 from arbiter.store import Verdict
 from arbiter.verify import budget_of, consents_to_looser, verdict_for
 
 
+class Status(TextEnum):
+    """Where a solution stands in a decision."""
+
+    PENDING = "pending"  # screened in, not gated yet
+    EXCLUDED = "excluded"  # unavailable, does not apply, or a delegate contract rules it out (``reason`` says)
+    FAILED = "failed"  # failed the gate (or crashed while timed)
+    PASSED = "passed"  # passed the gate
+    UNCHECKED = "unchecked"  # not gated: a winner was found first, or another candidate was forced
+
+
 @dataclass
 class Row:
-    """One solution's part in a decision."""
+    """One solution's part in a decision: the candidate (the object) and one of its parameter sets."""
 
     candidate: Candidate
     params: dict
-    status: str = "pending"  # excluded | failed | passed | unchecked
+    status: Status = Status.PENDING
     reason: str = ""
     verdict: Verdict | None = None
     rank: int | None = None  # 1 = winner among those that passed
     timing: object = None  # a Measurement, when measured
 
     @property
+    def solution(self) -> Solution:
+        """The row's solution, by name and parameters (no code identity: ``Solution.of`` computes one)."""
+        return Solution(self.candidate.name, self.params)
+
+    @property
     def label(self) -> str:
-        p = params_id(self.params)
-        return self.candidate.name if p == "{}" else f"{self.candidate.name}{p}"
+        return self.solution.label
 
 
 @dataclass
@@ -41,7 +56,7 @@ class Decision:
     key: object  # ProblemKey
     rows: list[Row]
     winner: Row | None
-    policy: str  # tier | measured | forced
+    chosen_by: ChosenBy  # how the winner was chosen (tier, measured or forced; not the miss policy)
     note: str = ""
     verified_now: int = 0  # verdicts computed (not cached) while deciding
     env: object = None
@@ -49,7 +64,7 @@ class Decision:
 
     def __str__(self):
         lines = [f"{self.key}  ->  {self.winner.label if self.winner else 'none'} "
-                 f"[{self.policy}{': ' + self.note if self.note else ''}]"]
+                 f"[{self.chosen_by}{': ' + self.note if self.note else ''}]"]
         for row in self.rows:
             mark = "*" if row is self.winner else " "
             detail = row.reason or (str(row.verdict) if row.verdict else "")
@@ -67,17 +82,17 @@ def screen_row(cand: Candidate, params: dict, region) -> Row:
     row = Row(cand, params)
     avail = cand.available()
     if avail is not True:
-        row.status, row.reason = "excluded", "unavailable: " + _reason(avail, "available() is False")
+        row.status, row.reason = Status.EXCLUDED, "unavailable: " + _reason(avail, "available() is False")
         return row
     applies = cand.applies_to(region)
     if applies is not True:
-        row.status, row.reason = "excluded", "does not apply: " + _reason(applies, "applies_to() is False")
+        row.status, row.reason = Status.EXCLUDED, "does not apply: " + _reason(applies, "applies_to() is False")
     elif cand.contract is not None and cand.contract.coverage == "root_only" and region.has_epilogue:
-        row.status, row.reason = "excluded", "root_only delegate; the region has a fused epilogue"
+        row.status, row.reason = Status.EXCLUDED, "root_only delegate; the region has a fused epilogue"
     elif cand.contract is not None and cand.contract.accuracy == "bounded" and not consents_to_looser(region):
         declared = budget_of(cand, region.op, region.dtype)[0]
         if declared.looser_than(budget_for(region.op, region.dtype)):
-            row.status, row.reason = "excluded", (
+            row.status, row.reason = Status.EXCLUDED, (
                 f"declares accuracy looser than the {region.op} {region.dtype} budget (rel_fro "
                 f"{declared.rel_fro:.0e}); the caller has not opted in (region.allow_looser(), "
                 "arbiter.configure(looser_accuracy=True), or --allow-looser)")
@@ -95,18 +110,18 @@ def gate(row: Row, region, store, env, verifier=None) -> bool:
     """Run (or fetch) the row's verdict; returns whether it was computed now."""
     verdict, now = verdict_for(row.candidate, row.params, region, store, env, verifier)
     row.verdict = verdict
-    row.status = "passed" if verdict.passed else "failed"
+    row.status = Status.PASSED if verdict.passed else Status.FAILED
     if not verdict.passed:
         row.reason = verdict.reason
     return now
 
 
-def decide(region, store, *, force: str | None = None, prefer: list[tuple[str, dict]] | None = None,
+def decide(region, store, *, force: str | None = None, prefer: list[Solution] | None = None,
            gate_all: bool = True, all_params: bool = False, verifier=None) -> Decision:
     """Choose a solution for ``region``'s key.
 
     ``force``: the candidate name to use (it must still pass the gate).
-    ``prefer``: (name, params) solutions to try first (the bucket ladder's hint), before tier order.
+    ``prefer``: solutions to try first (the bucket ladder's hint), before tier order.
     ``gate_all``: verify every applicable row (for ``explain``); otherwise stop at the first pass.
     ``all_params``: a row per parameter set (tuning); otherwise each candidate's default only.
     ``verifier``: replaces ``verify.verify`` for verdicts not yet stored (crash isolation).
@@ -114,7 +129,7 @@ def decide(region, store, *, force: str | None = None, prefer: list[tuple[str, d
     """
     env = envmod.environment(region.target)
     rows = screen(region, all_params)
-    order = [r for r in rows if r.status == "pending"]
+    order = [r for r in rows if r.status == Status.PENDING]
     if force is not None:
         if not any(r.candidate.name == force for r in rows):
             raise ValueError(f"force: no candidate named {force!r} for {region.target}/{region.op}; "
@@ -122,32 +137,31 @@ def decide(region, store, *, force: str | None = None, prefer: list[tuple[str, d
         order = [r for r in order if r.candidate.name == force]
     elif prefer:
         hinted = []
-        for name, params in prefer:
-            cand = REGISTRY.get(name, region.target, region.op)
+        for hint in prefer:
+            cand = REGISTRY.get(hint.candidate_name, region.target, region.op)
             if cand is not None:
-                row = screen_row(cand, params, region)
-                if row.status == "pending":
+                row = screen_row(cand, hint.params, region)
+                if row.status == Status.PENDING:
                     hinted.append(row)
-        same = {(r.candidate.name, params_id(r.params)) for r in hinted}
-        rows = hinted + [r for r in rows if (r.candidate.name, params_id(r.params)) not in same]
-        order = hinted + [r for r in order if (r.candidate.name, params_id(r.params)) not in same]
+        same = {r.solution for r in hinted}
+        rows = hinted + [r for r in rows if r.solution not in same]
+        order = hinted + [r for r in order if r.solution not in same]
     verified, winner = 0, None
     for row in order:
         if winner is not None and not gate_all:
-            row.status = "unchecked"
+            row.status = Status.UNCHECKED
             continue
         verified += gate(row, region, store, env, verifier)
-        if row.status == "passed" and winner is None:
+        if row.status == Status.PASSED and winner is None:
             winner = row
     for row in rows:
-        if row.status == "pending":
-            row.status, row.reason = "unchecked", "not forced"
-    passed = [r for r in order if r.status == "passed"]
+        if row.status == Status.PENDING:
+            row.status, row.reason = Status.UNCHECKED, "not forced"
+    passed = [r for r in order if r.status == Status.PASSED]
     for rank, row in enumerate(passed, 1):
         row.rank = rank
     if winner is None:
         raise NoCandidateError(region.key, rows)
-    policy = "forced" if force is not None else "tier"
-    note = "from the nearest tuned bucket" if prefer and (winner.candidate.name, params_id(winner.params)) in {
-        (n, params_id(p)) for n, p in prefer} else ""
-    return Decision(region.key, rows, winner, policy, note, verified, env)
+    chosen_by = ChosenBy.FORCED if force is not None else ChosenBy.TIER
+    note = "from the nearest tuned bucket" if prefer and winner.solution in prefer else ""
+    return Decision(region.key, rows, winner, chosen_by, note, verified, env)

@@ -43,8 +43,9 @@ import numpy as np
 
 from arbiter import targets
 from arbiter.candidates import serve
+from arbiter.solution import TimingMode
 
-MODES = ("device", "latency", "stream")
+MODES = tuple(TimingMode)  # device, latency, stream
 STREAM_CALLS = 20  # calls per sample in stream mode
 DEFAULT_SCREEN = ((3, 1.5), (10, 1.15))
 

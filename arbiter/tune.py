@@ -19,10 +19,11 @@ import functools
 import time
 
 from arbiter import select
-from arbiter.candidates import params_id
 from arbiter.errors import NoCandidateError
+from arbiter.select import Status
+from arbiter.solution import ChosenBy, Solution, TimingMode
 from arbiter.store import MeasurementRecord, SolutionRecord, Verdict, VerdictKey
-from arbiter.timing import MODES, Measurement, measure
+from arbiter.timing import Measurement, measure
 
 SEPARATION = 2.0  # a margin must exceed twice the relative spread to count
 # A winner more than RETIME_RATIO x faster than its rival is more often a stalled rival (threads of
@@ -55,15 +56,15 @@ class InProcess:
 
 def _crashed_while_timing(row, region, store, env, reason: str) -> None:
     """A solution that passed the gate but crashed when timed: fail it, persistently, so it is never served."""
-    row.status, row.reason = "failed", f"crashed while timed: {reason}"
+    row.status, row.reason = Status.FAILED, f"crashed while timed: {reason}"
     v = row.verdict
     row.verdict = Verdict(False, row.reason, v.rel_error, v.max_excess, v.probes, v.budget, v.looser_budget,
                           v.seconds)
-    store.save_verdict(VerdictKey(row.candidate.identity(), params_id(row.params), region.key.id, env.fingerprint),
+    store.save_verdict(VerdictKey.of(Solution.of(row.candidate, row.params), region.key.id, env.fingerprint),
                        row.verdict, row.candidate)
 
 
-def tune_region(region, store, *, mode: str = "device", budget_s: float | None = None, progress=None,
+def tune_region(region, store, *, mode: str = TimingMode.DEVICE, budget_s: float | None = None, progress=None,
                 runner=None, timing_lock=None):
     """Gate and time every solution for ``region``'s key; persist and return the ``Decision``.
 
@@ -85,11 +86,12 @@ def tune_region(region, store, *, mode: str = "device", budget_s: float | None =
         except NoCandidateError as exc:  # every verdict failed: they are still worth keeping
             nothing_passed = exc
         else:
-            cap = 1.0 if budget_s is None else max(0.05, budget_s / max(1, sum(r.status == "passed"
+            cap = 1.0 if budget_s is None else max(0.05, budget_s / max(1, sum(r.status == Status.PASSED
                                                                                for r in decision.rows)))
-            modes = [mode] if region.target == "cpu" else list(MODES)  # GPUs: device, latency, stream
+            modes = [mode] if region.target == "cpu" else list(TimingMode)  # GPUs: device, latency, stream
             # Time the tier default first, so early screening has a baseline from the start.
-            order = [decision.winner] + [r for r in decision.rows if r.status == "passed" and r is not decision.winner]
+            order = [decision.winner] + [r for r in decision.rows
+                                         if r.status == Status.PASSED and r is not decision.winner]
             with timing_lock or contextlib.nullcontext():
                 records = _time_rows(order, region, store, decision.env, runner, mode, cap, modes, progress)
                 retime = functools.partial(_retime, region=region, runner=runner, mode=mode, cap=cap,
@@ -125,7 +127,7 @@ def _time_rows(order, region, store, env, runner, mode, cap, modes, progress) ->
             continue
         mine = [_record(row, m, region.dims)]
         if region.target == "cpu":  # one run serves both modes on the CPU (see arbiter.timing)
-            mine.append(_record(row, Measurement(**{**m.__dict__, "mode": "latency"}), region.dims))
+            mine.append(_record(row, Measurement(**{**m.__dict__, "mode": TimingMode.LATENCY}), region.dims))
         else:
             crashed = None
             for other in modes:
@@ -156,8 +158,8 @@ def _versus(fastest, rival, margin: float, ok: bool) -> str:
 
 def _alone(rows) -> str:
     """Why one solution was timed alone: how many others were excluded, and how many failed the gate."""
-    excluded = sum(r.status == "excluded" for r in rows)
-    failed = sum(r.status == "failed" for r in rows)
+    excluded = sum(r.status == Status.EXCLUDED for r in rows)
+    failed = sum(r.status == Status.FAILED for r in rows)
     why = [f"{excluded} excluded (unavailable or not applicable)"] if excluded else []
     why += [f"{failed} failed the gate"] if failed else []
     return "no other solution to time: " + (", ".join(why) if why else "it is the only one registered")
@@ -173,10 +175,8 @@ def _retime(rows, *, region, runner, mode, cap, records, settle=True) -> None:
         if not isinstance(m, Measurement):
             continue  # it ran before; a crash now keeps the first timing (the gate verdict stands)
         row.timing = m
-        pid = params_id(row.params)
-        modes = (mode, "latency") if region.target == "cpu" else (mode,)
-        records[:] = [r for r in records if not (r.candidate == row.candidate.name and params_id(r.params) == pid
-                                                 and r.mode in modes)]
+        modes = (mode, TimingMode.LATENCY) if region.target == "cpu" else (mode,)
+        records[:] = [r for r in records if not (r.solution == row.solution and r.mode in modes)]
         records.extend(_record(row, Measurement(**{**m.__dict__, "mode": each}), region.dims) for each in modes)
 
 
@@ -193,7 +193,7 @@ def _rank(passed, default):
 def _decide_by_time(decision, order, records, region, store, retime=None):
     """Apply the separation rule to the timed rows (re-timing a margin over RETIME_RATIO first);
     persist measurements and the solution."""
-    passed = [r for r in decision.rows if r.status == "passed" and r.timing is not None]
+    passed = [r for r in decision.rows if r.status == Status.PASSED and r.timing is not None]
     if not passed:
         from arbiter.errors import NoCandidateError
 
@@ -226,26 +226,25 @@ def _decide_by_time(decision, order, records, region, store, retime=None):
         note = _versus(fastest, rival, margin, ok)
     note = "; ".join(filter(None, [note, retimed]))
     # Only a separated winner is "measured"; a lone solution or a tie leaves the tier default in charge.
-    chosen, policy = (fastest, "measured") if ok else (default, "tier")
-    decision.winner, decision.policy, decision.note, decision.margin = chosen, policy, note, margin
+    chosen, chosen_by = (fastest, ChosenBy.MEASURED) if ok else (default, ChosenBy.TIER)
+    decision.winner, decision.chosen_by, decision.note, decision.margin = chosen, chosen_by, note, margin
     store.save_measurements(region.key.id, decision.env.fingerprint, records)
-    store.save_solution(SolutionRecord(region.key.id, chosen.candidate.name, chosen.candidate.identity(),
-                                       chosen.params, policy, decision.env.fingerprint, margin=margin, note=note),
+    store.save_solution(SolutionRecord.of(region.key.id, Solution.of(chosen.candidate, chosen.params), chosen_by,
+                                          decision.env.fingerprint, margin=margin, note=note),
                         decision.env)
     return decision
 
 
 def explain_rows(decision, store) -> list[dict]:
     """Plain rows for ``arbiter explain``: every solution, its exclusion or verdict, and stored timings."""
-    stored = {(m.candidate, params_id(m.params), m.mode): m
-              for m in store.load_measurements(decision.key.id, decision.env.fingerprint)}
+    stored = {(m.solution, m.mode): m for m in store.load_measurements(decision.key.id, decision.env.fingerprint)}
     rows = []
     for row in decision.rows:
-        pid = params_id(row.params)
-        dev, lat = stored.get((row.candidate.name, pid, "device")), stored.get((row.candidate.name, pid, "latency"))
-        stream = stored.get((row.candidate.name, pid, "stream"))
+        solution = row.solution
+        dev, lat, stream = (stored.get((solution, mode)) for mode in TimingMode)
         rows.append({
-            "solution": row.label, "tier": row.candidate.tier.name, "status": row.status, "reason": row.reason,
+            "solution": solution.label, "tier": row.candidate.tier.name, "status": str(row.status),
+            "reason": row.reason,
             "rel_error": None if row.verdict is None else row.verdict.rel_error,
             "device_us": None if dev is None else dev.median_s * 1e6,
             "latency_us": None if lat is None else lat.median_s * 1e6,

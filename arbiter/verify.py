@@ -55,11 +55,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from arbiter import oracles, probes, targets
-from arbiter.candidates import Candidate, Fallback, params_id
+from arbiter.candidates import Candidate, Fallback
 from arbiter.keys import POW2
 from arbiter.oracles import array_module
 from arbiter.oracles.budgets import Budget, budget_for
 from arbiter.ops import op_kind
+from arbiter.solution import Solution
 from arbiter.store import Verdict, VerdictKey
 
 # Beyond the two real-shape probes, the other probes together cost at most this multiple of the real
@@ -684,7 +685,7 @@ def verdict_for(candidate: Candidate, params: dict, region, store, env, verifier
     ``verifier`` replaces ``verify`` (e.g. ``arbiter.isolate.Isolated().verify``). The candidate's
     ``identity()`` covers its behaviour and the gate's version, so a change to either takes a new verdict.
     """
-    vkey = VerdictKey(candidate.identity(), params_id(params), region.key.id, env.fingerprint)
+    vkey = VerdictKey.of(Solution.of(candidate, params), region.key.id, env.fingerprint)
     found = store.load_verdict(vkey)
     if found is not None:
         return found, False

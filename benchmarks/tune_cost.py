@@ -140,7 +140,7 @@ def gemm_cost(size: int, target: str, dtypes: list[str], budget_s: float) -> Non
         total = time.perf_counter() - t0
         rows = [r for r in decision.rows if r.verdict is not None]
         print(f"GEMM {size}^3 {dtype} on {target}: tune_region {total:.2f} s over {len(rows)} solutions "
-              f"(winner {decision.winner.label}, {decision.policy})")
+              f"(winner {decision.winner.label}, {decision.chosen_by})")
         gate_ms = []
         for r in rows:
             compile_s = getattr(r.candidate, "last_compile_s", 0.0) or 0.0

@@ -16,7 +16,8 @@ from arbiter.store.sql import SqlStore
 
 def winners(path: str) -> dict[str, tuple[str, str, float | None]]:
     st = SqlStore(path, readonly=True)
-    return {r.key: (r.candidate + ("" if not r.params else str(r.params).replace(" ", "")), r.policy, r.margin)
+    return {r.key: (r.candidate_name + ("" if not r.params else str(r.params).replace(" ", "")), str(r.chosen_by),
+                    r.margin)
             for r in st.solutions()}
 
 

@@ -30,7 +30,7 @@ def test_tune_then_a_new_process_hits_the_stored_solution(tmp_path):
         for _ in range(5):
             arbiter.run_arbitrated("rmsnorm", r, policy="strict")   # strict: only a stored solution may serve
         route = dispatch.route(r.key.id)
-        print(route.label, route.policy, dispatch.verified_count())
+        print(route.label, route.chosen_by, dispatch.verified_count())
         arbiter.flush()
     """)
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600,

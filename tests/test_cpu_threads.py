@@ -137,7 +137,7 @@ def test_a_margin_over_ten_times_is_timed_again_after_a_settle_step(only_candida
     ratio = rows["stalling_softmax"].timing.median_s / rows["numpy_softmax"].timing.median_s
     assert ratio < 3, ratio
     assert not rows["stalling_softmax"].timing.screened
-    stored = {(m.candidate, m.mode): m for m in dispatch.store().load_measurements(region.key.id,
+    stored = {(m.candidate_name, m.mode): m for m in dispatch.store().load_measurements(region.key.id,
                                                                                     decision.env.fingerprint)}
     assert stored[("stalling_softmax", "device")].median_s == rows["stalling_softmax"].timing.median_s
 

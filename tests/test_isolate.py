@@ -66,7 +66,7 @@ def test_crashing_hanging_and_hogging_candidates_fail_alone(only_candidates):
     assert decision.winner.candidate.name == "good"
     # the failure is persisted: a later decision in this process never picks it
     again = dispatch.store().load_solution(region.key.id, decision.env.fingerprint)
-    assert again.candidate == "good"
+    assert again.candidate_name == "good"
 
 
 def test_isolated_results_match_in_process_ones(only_candidates):

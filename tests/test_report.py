@@ -82,16 +82,17 @@ def test_collect_reads_winners_rejections_counters_and_stale(registry):
     assert (section.target, section.op, section.dtype) == ("cpu", "matmul", "float32")
     assert [k.key.shape_text for k in section.keys] == ["16x16x16", "32x32x32"]  # ordered by size
     for k in section.keys:
-        assert k.winner == "fast_emitted" and k.solution.policy == "measured"
-        assert {m.candidate for m in k.measurements} == {"slow_vendor", "fast_emitted"}
+        assert k.winner == "fast_emitted" and k.record.chosen_by == "measured"
+        assert {m.candidate_name for m in k.measurements} == {"slow_vendor", "fast_emitted"}
         [rejected] = k.rejected
-        assert rejected.solution == "off_by_one" and rejected.reason
+        assert rejected.solution.label == "off_by_one" and rejected.reason
         assert k.looser["fast_emitted"].rel_fro == 1e-3
-    counted = {k.key.shape_text: [(c.candidate, c.hits, c.loads, c.misses) for c in k.counts] for k in section.keys}
+    counted = {k.key.shape_text: [(c.candidate_name, c.hits, c.loads, c.misses) for c in k.counts]
+               for k in section.keys}
     assert counted == {"16x16x16": [("fast_emitted", 2, 1, 0)], "32x32x32": []}  # the first call loads it
     assert report.zero_hit == 1
     [stale] = report.stale
-    assert stale.solution.candidate == "slow_vendor"
+    assert stale.record.candidate_name == "slow_vendor"
     assert stale.changed["numpy"][0] == "1.0.0-old" and stale.changed["numpy"][1] == np.__version__
 
 

@@ -54,13 +54,13 @@ def test_separation_rule():
 def test_measured_winner_displaces_the_tier_default(pair):
     r = small()
     decision = tune_region(r, dispatch.store())
-    assert decision.policy == "measured"
+    assert decision.chosen_by == "measured"
     assert decision.winner.candidate.name == "fast_emitted"
     assert decision.margin > 0
     stored = dispatch.store().load_solution(r.key.id, decision.env.fingerprint)
-    assert stored.policy == "measured" and stored.candidate == decision.winner.candidate.name
+    assert stored.chosen_by == "measured" and stored.candidate_name == decision.winner.candidate.name
     timed = dispatch.store().load_measurements(r.key.id, decision.env.fingerprint)
-    labels = {(t.candidate, str(t.params), t.mode) for t in timed}
+    labels = {(t.candidate_name, str(t.params), t.mode) for t in timed}
     # every parameter set is its own solution, measured and stored, under both modes
     assert ("fast_emitted", "{'variant': 1}", "device") in labels
     assert ("fast_emitted", "{'variant': 2}", "latency") in labels
@@ -74,7 +74,7 @@ def test_within_noise_keeps_the_tier_default(only_candidates):
     only_candidates("cpu", "matmul", SlowVendor(OVERHEAD_S), TwinEmitted())
     decision = tune_region(small(), dispatch.store())
     assert decision.winner.candidate.name == "slow_vendor"
-    assert decision.policy == "tier"
+    assert decision.chosen_by == "tier"
     assert " faster than " in decision.note and ", but not separated: spread " in decision.note
 
 
@@ -110,7 +110,7 @@ def test_ladder_uses_the_nearest_tuned_buckets_winner(pair, monkeypatch):
 def test_policy_tune_measures_on_first_miss(pair):
     r = small()
     arbiter.run_arbitrated("matmul", r, policy="tune")
-    assert dispatch.route(r.key.id).policy == "measured"
+    assert dispatch.route(r.key.id).chosen_by == "measured"
     assert dispatch.store().load_measurements(r.key.id, arbiter.env.environment("cpu").fingerprint)
 
 
@@ -118,5 +118,5 @@ def test_policy_record_serves_by_tier_and_records_the_key(monkeypatch):
     monkeypatch.setenv("ARBITER_POLICY", "record")
     r = small(30, 40, 50)
     arbiter.run_arbitrated("matmul", r)
-    assert dispatch.route(r.key.id).policy == "tier"
+    assert dispatch.route(r.key.id).chosen_by == "tier"
     assert dispatch.store().recorded_keys() == [(r.key.id, {"m": 30, "n": 40, "k": 50})]

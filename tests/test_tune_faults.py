@@ -40,10 +40,10 @@ def test_tune_region_fails_the_raising_solution_alone_and_decides_by_the_others(
     assert bad.status == "failed" and bad.timing is None
     assert bad.reason == "crashed while timed: raised RuntimeError: plug-in fault: scratch buffer exhausted"
     assert decision.winner.candidate.name != "raises_when_timed"
-    timed = {m.candidate for m in st.load_measurements(region.key.id, decision.env.fingerprint)}
+    timed = {m.candidate_name for m in st.load_measurements(region.key.id, decision.env.fingerprint)}
     assert "raises_when_timed" not in timed
     assert timed == {r.candidate.name for r in decision.rows if r.status == "passed"} and timed
-    assert st.load_solution(region.key.id, decision.env.fingerprint).candidate == decision.winner.candidate.name
+    assert st.load_solution(region.key.id, decision.env.fingerprint).candidate_name == decision.winner.candidate.name
 
 
 def test_arbiter_tune_with_a_raising_plugin_measures_the_others_and_says_why(tmp_path):
@@ -58,8 +58,8 @@ def test_arbiter_tune_with_a_raising_plugin_measures_the_others_and_says_why(tmp
     assert "crashed while timed" in done.stdout and "tuned 1 key(s)" in done.stdout
     st = SqlStore(db)
     [solution] = st.solutions()
-    assert solution.candidate != "raises_when_timed"
-    timed = {m.candidate for m in st.load_measurements(solution.key, solution.env)}
+    assert solution.candidate_name != "raises_when_timed"
+    timed = {m.candidate_name for m in st.load_measurements(solution.key, solution.env)}
     assert timed and "raises_when_timed" not in timed
     [(_, _, verdict)] = [v for v in st.verdicts() if v[1] == "raises_when_timed"]
     assert not verdict.passed and verdict.reason.startswith("crashed while timed: raised RuntimeError")

@@ -135,7 +135,7 @@ def test_forcing_a_wrong_candidate_still_runs_the_gate(zoo):
     with pytest.raises(arbiter.NoCandidateError) as err:
         arbiter.arbitrate("matmul", region, force="off_by_one")
     assert "off_by_one" in str(err.value) and "failed" in str(err.value)
-    assert arbiter.arbitrate("matmul", region, force="good_emitted").policy == "forced"
+    assert arbiter.arbitrate("matmul", region, force="good_emitted").chosen_by == "forced"
 
 
 def test_correct_candidates_pass_every_dtype_with_epilogues():

@@ -414,6 +414,16 @@ class CandidateRegistry:
                 raise ValueError(f"{field}: a candidate needs a non-empty {field}")
         if not isinstance(candidate.tier, Tier):
             raise ValueError(f"tier: {candidate.tier!r} is not an arbiter.Tier")
+        # A delegate's tier follows its declared provenance: a vendor library is HAND_TUNED. Registered lower, it
+        # would lose on tier to every kernel above it, which is not what its declaration says. Refused rather than
+        # lifted, so the tier a candidate is shown with is the one its author wrote. (``handwritten_kernel``, the
+        # default provenance, is not checked: a contract is also how an emitted or synthesized kernel declares a
+        # bounded accuracy or root_only coverage; see docs/architecture.md, "Solution".)
+        contract = candidate.contract
+        if contract is not None and contract.provenance == "vendor_library" and candidate.tier != Tier.HAND_TUNED:
+            raise ValueError(f"tier: {candidate.name!r} declares Contract(provenance='vendor_library'), and a vendor "
+                             f"library's tier is HAND_TUNED, not {candidate.tier.name}; register it with "
+                             f"tier=Tier.HAND_TUNED")
         with self._lock:
             self._by_target_op.setdefault((candidate.target, candidate.op), {})[candidate.name] = candidate
         self._changed()

@@ -68,11 +68,6 @@ def _user_sql(write: bool):
     return layers["user"]
 
 
-def _label(candidate: str, params) -> str:
-    from arbiter.candidates import params_id
-
-    p = params if isinstance(params, str) else params_id(params)
-    return candidate if p == "{}" else f"{candidate}{p}"
 
 
 @app.command()
@@ -84,7 +79,6 @@ def stats(
                                                           "yet, per environment, with their claims."),
 ):
     """Stored solutions per key: winner, policy, tier, persisted hits/loads/misses/fallbacks, and stale entries."""
-    from arbiter.candidates import params_id
 
     if pending:
         _pending(target, as_json)
@@ -96,7 +90,7 @@ def stats(
             tiers = sql.candidate_tiers()
             counts: dict[tuple, list[int]] = {}
             for c in sql.counts():
-                slot = counts.setdefault((c.key, c.candidate, c.params, c.env), [0, 0, 0, 0])
+                slot = counts.setdefault((c.key, c.solution, c.env), [0, 0, 0, 0])
                 slot[0] += c.hits
                 slot[1] += c.loads
                 slot[2] += c.misses
@@ -111,10 +105,9 @@ def stats(
                 found, _, why = inventory.state(t, r.env)
                 state = ("current" if found == inventory.CURRENT
                          else "stale" if r.env in layer_stale else f"not checked ({why or 'other environment'})")
-                hits, loads, misses, fallbacks = counts.get((r.key, r.candidate, params_id(r.params), r.env),
-                                                            (0, 0, 0, 0))
+                hits, loads, misses, fallbacks = counts.get((r.key, r.solution, r.env), (0, 0, 0, 0))
                 rows.append({"layer": layer, "key": r.key, "target": t, "op": o, "env": r.env, "state": state,
-                             "winner": _label(r.candidate, r.params), "policy": r.policy,
+                             "winner": r.solution.label, "policy": str(r.chosen_by),
                              "tier": tiers.get(r.identity, ""), "margin": r.margin, "note": r.note,
                              "hits": hits, "loads": loads, "misses": misses, "fallbacks": fallbacks})
     zero = [r for r in rows if r["state"] == "current" and r["hits"] == 0]

@@ -11,10 +11,11 @@ from rich.table import Table
 import arbiter
 from arbiter import cpu_threads, dispatch, select
 from arbiter import env as envmod
-from arbiter.candidates import params_id
 from arbiter.cli.common import app, console as make_console, friendly, lit
 from arbiter.cli.output import Steps, show
 from arbiter.errors import NoCandidateError
+from arbiter.select import Status
+from arbiter.solution import ChosenBy, Solution, TimingMode
 from arbiter.store import VerdictKey
 from arbiter.suite import suite as get_suite
 from arbiter.tune import tune_region
@@ -48,46 +49,40 @@ def _gate_counts(region, st, env):
     failed = gated = 0
     default = None
     for row in select.screen(region, all_params=True):
-        if row.status != "pending":
+        if row.status != Status.PENDING:
             continue  # excluded (unavailable, does not apply): never gated
-        verdict = st.load_verdict(VerdictKey(row.candidate.identity(), params_id(row.params), region.key.id,
-                                             env.fingerprint))
+        solution = Solution.of(row.candidate, row.params)
+        verdict = st.load_verdict(VerdictKey.of(solution, region.key.id, env.fingerprint))
         if verdict is not None:
             gated += 1
             failed += not verdict.passed
             if verdict.passed and default is None:
-                default = (row.candidate.name, params_id(row.params))
+                default = solution
     return failed, gated, default
 
 
-def _label(name: str, params) -> str:
-    pid = params_id(params) if isinstance(params, dict) else params
-    return name if pid == "{}" else f"{name}{pid}"
-
-
-def _margin(record, st, key_id, env, default) -> tuple[str, str]:
+def _margin(record, st, key_id, env, default: Solution | None) -> tuple[str, str]:
     """(the winner's margin, the solution it is over), as the tuner compared them: a tier default over
     the fastest other solution (negative when that one was faster but within the noise), any other
     winner over the tier default; from the stored timings and the stored margin."""
-    timings = {(m.candidate, params_id(m.params)): m for m in st.load_measurements(key_id, env.fingerprint)
-               if m.mode == "device"}
-    me = (record.candidate, params_id(record.params))
+    timings = {m.solution: m for m in st.load_measurements(key_id, env.fingerprint) if m.mode == TimingMode.DEVICE}
+    me = record.solution
     if me not in timings or len(timings) < 2:
         return "", ""
-    if me != default and default in timings:
+    if default is not None and default != me and default in timings:
         rival = default
     else:
         # Screened solutions keep a short estimate (3 or 10 repetitions): ranked last, as the tuner does.
         rival = min((k for k in timings if k != me), key=lambda k: (timings[k].screened, timings[k].median_s))
-    margin = record.margin if record.policy == "measured" and record.margin is not None else \
+    margin = record.margin if record.chosen_by == ChosenBy.MEASURED and record.margin is not None else \
         timings[rival].median_s / timings[me].median_s - 1.0
-    return f"{margin * 100:+.0f}%", _label(*rival)
+    return f"{margin * 100:+.0f}%", rival.label
 
 
 def _how(record, decided_now: bool) -> str:
     """How the winner was chosen: measured (fastest beyond the noise), or the tier default and why."""
-    if record.policy in ("measured", "forced"):
-        how = record.policy
+    if record.chosen_by in (ChosenBy.MEASURED, ChosenBy.FORCED):
+        how = str(record.chosen_by)
     else:
         note = record.note or ""
         # the note's detail (who is faster, the spread) is in the margin and runner-up columns
@@ -151,7 +146,7 @@ def run(
         failed, gated, default = _gate_counts(region, st, env)
         margin, runner_up = _margin(record, st, region.key.id, env, default) if record else ("", "")
         now = region.key.id in decided or any(r is region for _, r in missing)
-        steps.say(f"key {i}/{len(problems)} {problem.label}: {route.label} ({route.policy})")
+        steps.say(f"key {i}/{len(problems)} {problem.label}: {route.label} ({route.chosen_by})")
         table.add_row(lit(problem.label), lit(route.label), lit(_how(record, now)) if record else "",
                       margin, lit(runner_up), f"{failed} of {gated}", str(route.hits), str(route.loads),
                       str(route.misses))

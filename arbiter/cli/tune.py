@@ -14,13 +14,14 @@ from rich.text import Text
 
 from arbiter import cpu_threads, dispatch, select
 from arbiter import env as envmod
-from arbiter.candidates import REGISTRY, params_id
+from arbiter.candidates import REGISTRY
 from arbiter.cli.common import app, console as make_console, friendly, lit, require_target
 from arbiter.cli.output import Steps, show
 from arbiter.errors import NoCandidateError
 from arbiter.keys import ProblemKey
 from arbiter.ops import op_kind
-from arbiter.report import label as solution_label
+from arbiter.select import Status
+from arbiter.solution import ChosenBy, Solution
 from arbiter.store import inventory
 from arbiter.suite import Problem, suite as get_suite
 from arbiter.tune import budget_clock, explain_rows, tune_region
@@ -64,11 +65,12 @@ def shorten(text: str, limit: int = 200) -> str:
     return text[:cut if cut > 0 else limit] + " …"
 
 
-def why_chosen(policy: str, margin: float | None, note: str) -> str:
-    """How a solution was chosen, in words: the note says who is faster and whether that is separated."""
+def why_chosen(chosen_by: ChosenBy, margin: float | None, note: str) -> str:
+    """How a solution was chosen, in words (shown as "policy"): the note says who is faster and whether that
+    is separated."""
     if note:
-        return f"policy {policy}: {note}"
-    return f"policy {policy}" + (f", margin {margin * 100:+.1f}%" if margin is not None else "")
+        return f"policy {chosen_by}: {note}"
+    return f"policy {chosen_by}" + (f", margin {margin * 100:+.1f}%" if margin is not None else "")
 
 
 def autotune_table(problem_label: str, decision) -> Table:
@@ -77,12 +79,12 @@ def autotune_table(problem_label: str, decision) -> Table:
         table.add_column(col, no_wrap=col in ("tier", "median µs", "spread", ""))
     for row in decision.rows:
         m = row.timing
-        verdict = row.reason if row.status != "passed" else f"pass {row.verdict.rel_error:.1e}"
+        verdict = row.reason if row.status != Status.PASSED else f"pass {row.verdict.rel_error:.1e}"
         table.add_row(lit(row.label), row.candidate.tier.name, lit(shorten(verdict)),
                       _fmt_us(m.median_s) if m else "", f"{m.spread * 100:.1f}%" if m else "",
                       f"{m.reps}{' screened' if m.screened else ''}" if m else "",
                       "WINNER" if row is decision.winner else "")
-    table.caption = lit(why_chosen(decision.policy, decision.margin, decision.note))
+    table.caption = lit(why_chosen(decision.chosen_by, decision.margin, decision.note))
     table.caption_justify = "left"
     return table
 
@@ -181,7 +183,7 @@ def tune(
         seen.add(key.id)
         if st.load_measurements(key.id, env.fingerprint) and not force:
             done = st.load_solution(key.id, env.fingerprint)
-            console.print(lit(f"skip {problem.label}: tuned already ({done.candidate if done else '?'}); "
+            console.print(lit(f"skip {problem.label}: tuned already ({done.candidate_name if done else '?'}); "
                               f"--force re-tunes"))
             continue
         todo.append((problem, i, key))
@@ -239,7 +241,7 @@ def tune(
             finally:
                 progress.remove_task(cand_task)
             steps.say(f"key {i}/{len(todo)} {problem.label}: {decision.winner.label} "
-                      f"({why_chosen(decision.policy, decision.margin, decision.note)}) "
+                      f"({why_chosen(decision.chosen_by, decision.margin, decision.note)}) "
                       f"in {time.perf_counter() - started:.1f} s")
             show(console, autotune_table(problem.label, decision))
             tuned += 1
@@ -306,7 +308,7 @@ def _tune_claimed(console, st, sql, env, target, todo, runner, steps, mode, reco
             console.print(lit(exc, "red"))
             raise
         steps.say(f"{label}: {decision.winner.label} "
-                  f"({why_chosen(decision.policy, decision.margin, decision.note)}) "
+                  f"({why_chosen(decision.chosen_by, decision.margin, decision.note)}) "
                   f"in {time.perf_counter() - started:.1f} s")
         show(console, autotune_table(problem.label, decision))
         return decision
@@ -355,7 +357,7 @@ class _Reporting:
         result = fn(candidate, params, *args, **kwargs)
         seconds = time.perf_counter() - start
         if self.steps.slow(seconds):
-            self.steps.say(f"  {what} {candidate.name}{params_id(params) if params else ''}: {seconds:.1f} s")
+            self.steps.say(f"  {what} {Solution(candidate.name, params).label}: {seconds:.1f} s")
         return result
 
     # Arguments pass through as given: the runner's contract belongs to arbiter.tune, not to this wrapper.
@@ -438,9 +440,9 @@ def explain(
     rows = explain_rows(decision, st)
     if stored is not None:
         for row, r in zip(rows, decision.rows):
-            row["winner"] = r.candidate.name == stored.candidate and r.params == stored.params
-    why = (f"stored solution {solution_label(stored.candidate, stored.params)}: "
-           f"{why_chosen(stored.policy, stored.margin, stored.note)}") if stored else \
+            row["winner"] = r.solution == stored.solution
+    why = (f"stored solution {stored.solution.label}: "
+           f"{why_chosen(stored.chosen_by, stored.margin, stored.note)}") if stored else \
         f"no stored solution; tier priority would choose {decision.winner.label}"
     if as_json:
         print(json.dumps({"key": region.key.id, "why": why, "rows": rows}, indent=2, default=str))

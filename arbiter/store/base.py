@@ -11,14 +11,23 @@ from datetime import datetime, timezone
 from typing import Callable
 
 from arbiter.oracles.budgets import Budget
+from arbiter.solution import ChosenBy, Solution, TimingMode
 
 
 @dataclass(frozen=True)
 class VerdictKey:
     identity: str  # the candidate's code identity
-    params: str  # params_id of the solution index
+    params_id: str  # the solution's canonical parameter text
     key: str  # ProblemKey.id
     env: str  # EnvironmentKey.fingerprint
+
+    @classmethod
+    def of(cls, solution: Solution, key: str, env: str) -> VerdictKey:
+        """The key of ``solution``'s verdict at problem key ``key`` under environment ``env`` (the one place
+        one is built from a solution: a verdict is per code identity, so the solution must carry it)."""
+        if not solution.identity:
+            raise ValueError(f"solution: {solution.label} carries no code identity; build it with Solution.of")
+        return cls(solution.identity, solution.params_id, key, env)
 
 
 @dataclass(frozen=True)
@@ -43,26 +52,42 @@ class Verdict:
 
 @dataclass
 class SolutionRecord:
-    """A stored winner for one problem key under one environment."""
+    """A stored winner for one problem key under one environment (columns ``candidate`` and ``policy`` hold
+    ``candidate_name`` and ``chosen_by``)."""
 
     key: str
-    candidate: str
+    candidate_name: str
     identity: str
     params: dict
-    policy: str  # "tier" | "measured" | "forced"
+    chosen_by: ChosenBy  # tier | measured | forced
     env: str
     margin: float | None = None  # measured: runner-up time / winner time - 1
     note: str = ""
     created: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
+
+    def __post_init__(self):
+        self.chosen_by = ChosenBy(self.chosen_by)
+
+    @classmethod
+    def of(cls, key: str, solution: Solution, chosen_by: ChosenBy, env: str, *, margin: float | None = None,
+           note: str = "") -> SolutionRecord:
+        """``solution`` as the winner of ``key`` under ``env``; it must carry its code identity (``Solution.of``)."""
+        if not solution.identity:
+            raise ValueError(f"solution: {solution.label} carries no code identity; build it with Solution.of")
+        return cls(key, solution.candidate_name, solution.identity, solution.params, chosen_by, env, margin, note)
+
+    @property
+    def solution(self) -> Solution:
+        return Solution(self.candidate_name, self.params, self.identity)
 
 
 @dataclass
 class MeasurementRecord:
     """One timed solution for one key: the figures of an ``arbiter.timing.Measurement`` plus who was timed."""
 
-    candidate: str
+    candidate_name: str
     params: dict
-    mode: str  # "device" | "latency" | "stream"
+    mode: TimingMode
     median_s: float
     p20_s: float
     p80_s: float
@@ -71,6 +96,13 @@ class MeasurementRecord:
     warmup_s: float
     screened: bool = False  # stopped early, far slower than the best so far
     dims: dict | None = None  # the exact dimensions timed (the key holds only their bucket)
+
+    def __post_init__(self):
+        self.mode = TimingMode(self.mode)
+
+    @property
+    def solution(self) -> Solution:
+        return Solution(self.candidate_name, self.params)
 
 
 @dataclass
@@ -81,8 +113,8 @@ class CountDelta:
     here, or the winner declined an instance."""
 
     key: str
-    candidate: str
-    params: str
+    candidate_name: str
+    params_id: str  # the solution's canonical parameter text: counts are grouped on it, never read as a dict
     env: str
     hits: int = 0
     misses: int = 0
@@ -91,6 +123,10 @@ class CountDelta:
 
     def total(self) -> int:
         return self.hits + self.loads + self.misses + self.fallbacks
+
+    @property
+    def solution(self) -> Solution:
+        return Solution.from_text(self.candidate_name, self.params_id)
 
 
 _tier_lookup: Callable[[str, str, str], str] | None = None
@@ -203,8 +239,8 @@ class MemoryStore(Store):
     def add_counts(self, deltas):
         with self._lock:
             for d in deltas:
-                slot = self._counts.setdefault((d.key, d.candidate, d.params, d.env),
-                                               CountDelta(d.key, d.candidate, d.params, d.env))
+                slot = self._counts.setdefault((d.key, d.candidate_name, d.params_id, d.env),
+                                               CountDelta(d.key, d.candidate_name, d.params_id, d.env))
                 slot.hits += d.hits
                 slot.misses += d.misses
                 slot.fallbacks += d.fallbacks

@@ -219,7 +219,7 @@ class SqlStore(Database, Store):
                 self._loaded.add(("verdicts", vkey.env))
         verdict = self._verdicts.get(vkey)
         if verdict is None:  # committed by another process since the bulk load?
-            verdict = self._verdict_rows(VerdictRow.identity == vkey.identity, VerdictRow.params == vkey.params,
+            verdict = self._verdict_rows(VerdictRow.identity == vkey.identity, VerdictRow.params == vkey.params_id,
                                          VerdictRow.key == vkey.key, VerdictRow.env == vkey.env, own).get(vkey)
             if verdict is not None:
                 self._verdicts[vkey] = verdict
@@ -232,7 +232,7 @@ class SqlStore(Database, Store):
                       budget_rel_fro=verdict.budget.rel_fro, budget_atol=verdict.budget.atol,
                       budget_rtol=verdict.budget.rtol, looser_budget=bool(verdict.looser_budget),
                       seconds=float(verdict.seconds), origin="")
-        match = (VerdictRow.identity == vkey.identity, VerdictRow.params == vkey.params,
+        match = (VerdictRow.identity == vkey.identity, VerdictRow.params == vkey.params_id,
                  VerdictRow.key == vkey.key, VerdictRow.env == vkey.env)
 
         def write(conn):
@@ -241,7 +241,7 @@ class SqlStore(Database, Store):
             self.put_candidate(conn, vkey.identity, candidate.name, candidate.target, candidate.op,
                                 candidate.tier.name, _contract_json(candidate))
             if conn.execute(update(VerdictRow).where(*match).values(**values)).rowcount == 0:
-                conn.execute(insert(VerdictRow).values(identity=vkey.identity, params=vkey.params, key=vkey.key,
+                conn.execute(insert(VerdictRow).values(identity=vkey.identity, params=vkey.params_id, key=vkey.key,
                                                        env=vkey.env, **values))
 
         def cache():
@@ -283,15 +283,15 @@ class SqlStore(Database, Store):
 
     def save_solution(self, record, environment=None):
         target, fields = self.env_of(record.env, _key_target(record.key), environment)
-        ctarget, op, tier = self._candidate_of(record.candidate, record.key)
-        values = dict(candidate=record.candidate, identity=record.identity, params=dict(record.params),
-                      policy=record.policy, margin=_num(record.margin), note=record.note,
+        ctarget, op, tier = self._candidate_of(record.candidate_name, record.key)
+        values = dict(candidate=record.candidate_name, identity=record.identity, params=dict(record.params),
+                      policy=record.chosen_by, margin=_num(record.margin), note=record.note,
                       created=record.created)
 
         def write(conn):
             self.put_env(conn, record.env, target, fields)
             self.put_key(conn, record.key)
-            self.put_candidate(conn, record.identity, record.candidate, ctarget, op, tier)
+            self.put_candidate(conn, record.identity, record.candidate_name, ctarget, op, tier)
             stmt = update(SolutionRow).where(SolutionRow.key == record.key, SolutionRow.env == record.env)
             if conn.execute(stmt.values(**values)).rowcount == 0:
                 conn.execute(insert(SolutionRow).values(key=record.key, env=record.env, **values))
@@ -304,9 +304,9 @@ class SqlStore(Database, Store):
 
     def add_solution(self, record, environment=None):
         target, fields = self.env_of(record.env, _key_target(record.key), environment)
-        ctarget, op, tier = self._candidate_of(record.candidate, record.key)
-        values = dict(candidate=record.candidate, identity=record.identity, params=dict(record.params),
-                      policy=record.policy, margin=_num(record.margin), note=record.note,
+        ctarget, op, tier = self._candidate_of(record.candidate_name, record.key)
+        values = dict(candidate=record.candidate_name, identity=record.identity, params=dict(record.params),
+                      policy=record.chosen_by, margin=_num(record.margin), note=record.note,
                       created=record.created)
 
         def write(conn):
@@ -315,7 +315,7 @@ class SqlStore(Database, Store):
                 return False
             self.put_env(conn, record.env, target, fields)
             self.put_key(conn, record.key)
-            self.put_candidate(conn, record.identity, record.candidate, ctarget, op, tier)
+            self.put_candidate(conn, record.identity, record.candidate_name, ctarget, op, tier)
             conn.execute(insert(SolutionRow).values(key=record.key, env=record.env, **values))  # a racing
             return True  # insert fails on uq_solution; the retry then finds that row and stores nothing
 
@@ -337,7 +337,7 @@ class SqlStore(Database, Store):
     def save_measurements(self, key, env, measurements):
         target, fields = self.env_of(env, _key_target(key))
 
-        rows = [dict(key=key, env=env, candidate=m.candidate, params=params_id(m.params), mode=m.mode,
+        rows = [dict(key=key, env=env, candidate=m.candidate_name, params=params_id(m.params), mode=m.mode,
                      reps=int(m.reps), median_s=_num(m.median_s), p20_s=_num(m.p20_s), p80_s=_num(m.p80_s),
                      spread=_num(m.spread), warmup_s=_num(m.warmup_s), screened=bool(m.screened),
                      dims=None if m.dims is None else json.dumps(m.dims))
@@ -372,8 +372,8 @@ class SqlStore(Database, Store):
         merged: dict[tuple, CountDelta] = {}
         for d in deltas:
             if d.total():
-                slot = merged.setdefault((d.env, d.key, d.candidate, d.params),
-                                         CountDelta(d.key, d.candidate, d.params, d.env))
+                slot = merged.setdefault((d.env, d.key, d.candidate_name, d.params_id),
+                                         CountDelta(d.key, d.candidate_name, d.params_id, d.env))
                 slot.hits += d.hits
                 slot.misses += d.misses
                 slot.fallbacks += d.fallbacks
@@ -390,12 +390,12 @@ class SqlStore(Database, Store):
                 self.put_key(conn, key)
             for d in deltas:
                 stmt = (update(CounterRow)
-                        .where(CounterRow.key == d.key, CounterRow.candidate == d.candidate,
-                               CounterRow.params == d.params, CounterRow.env == d.env)
+                        .where(CounterRow.key == d.key, CounterRow.candidate == d.candidate_name,
+                               CounterRow.params == d.params_id, CounterRow.env == d.env)
                         .values(hits=CounterRow.hits + d.hits, misses=CounterRow.misses + d.misses,
                                 fallbacks=CounterRow.fallbacks + d.fallbacks, loads=CounterRow.loads + d.loads))
                 if conn.execute(stmt).rowcount == 0:
-                    conn.execute(insert(CounterRow).values(key=d.key, candidate=d.candidate, params=d.params,
+                    conn.execute(insert(CounterRow).values(key=d.key, candidate=d.candidate_name, params=d.params_id,
                                                            env=d.env, hits=d.hits, misses=d.misses,
                                                            fallbacks=d.fallbacks, loads=d.loads))
 

@@ -156,3 +156,28 @@ def test_root_only_serves_a_matmul_without_epilogue_only(delegates):
     fused = arbiter.arbitrate("matmul", Matmul.random("cpu", "float32", dims, {"activation": "silu", "bias": "1"}))
     assert fused.winner.candidate.name != "root_matmul"
     assert next(r for r in fused.rows if r.candidate.name == "root_matmul").status == "excluded"
+
+
+@pytest.mark.parametrize("tier", [Tier.EMITTED, Tier.SYNTHESIZED, Tier.COMPOSED])
+def test_a_vendor_library_delegate_below_hand_tuned_is_refused_naming_the_tier(tier):
+    # A vendor library is HAND_TUNED: registered lower, it would lose on tier to every kernel above it.
+    from arbiter.candidates import REGISTRY
+
+    low = type("LowVendor", (VendorLN,), {"name": "low_vendor", "tier": tier})()
+    with pytest.raises(ValueError, match=rf"^tier: 'low_vendor' declares .*vendor_library.* not {tier.name}"):
+        arbiter.register(low)
+    with pytest.raises(ValueError, match=r"^tier: 'low_vendor_fn'"):
+        arbiter.candidate(op="layernorm", tier=tier, name="low_vendor_fn",
+                          contract=Contract(provenance="vendor_library"))(_layernorm)
+    assert {"low_vendor", "low_vendor_fn"}.isdisjoint(c.name for c in REGISTRY.candidates("cpu", "layernorm"))
+
+
+def test_a_hand_tuned_vendor_delegate_and_an_emitted_kernel_declaring_its_accuracy_register(delegates):
+    emitted = type("BoundedEmitted", (HandLN,), {"name": "bounded_emitted", "tier": Tier.EMITTED,
+                                                 "contract": Contract(accuracy="bounded", rel_fro=1e-3, atol=1e-2,
+                                                                      rtol=1e-2)})()
+    delegates(VendorLN(), emitted)
+    from arbiter.candidates import REGISTRY
+
+    tiers = {c.name: c.tier for c in REGISTRY.candidates("cpu", "layernorm")}
+    assert tiers["vendor_ln"] == Tier.HAND_TUNED and tiers["bounded_emitted"] == Tier.EMITTED

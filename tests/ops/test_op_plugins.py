@@ -102,4 +102,4 @@ def test_the_winner_persists_in_the_sql_registry(cumsum_op, tmp_path):
     reopened = SqlStore(path)
     stored = reopened.load_solution(region.key.id, envmod.environment("cpu").fingerprint)
     reopened.close()
-    assert stored is not None and stored.candidate == "numpy_cumsum"
+    assert stored is not None and stored.candidate_name == "numpy_cumsum"

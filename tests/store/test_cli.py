@@ -61,7 +61,7 @@ def test_export_import_merges_and_reports_conflicts(backend, tmp_path, monkeypat
     assert result.exit_code == 0 and "1 conflict(s)" in result.stdout and "tile" in result.stdout
     st = SqlStore(b)
     assert st.load_solution(key(1), ENV).params == {"tile": 64}  # kept the registry's own
-    assert st.load_solution(key(2), ENV).policy == "tier"  # the new one merged in
+    assert st.load_solution(key(2), ENV).chosen_by == "tier"  # the new one merged in
     again = " ".join(_invoke("import", f).stdout.split())
     assert "added 0 environments, 0 candidates, 0 verdicts, 0 measurements, 0 solutions" in again
     assert "1 unchanged, 1 conflict(s), 0 replaced" in again

@@ -28,9 +28,9 @@ def test_a_db_path_with_url_characters_is_the_file_of_that_name(tmp_path, name):
     assert sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith(("-wal", "-shm"))) == [name]
     st = SqlStore(str(tmp_path / name))
     st.save_solution(SolutionRecord(key(1), "lab_kernel", "lab_kernel@1", {}, "tier", ENV))
-    assert SqlStore(str(tmp_path / name)).load_solution(key(1), ENV).candidate == "lab_kernel"
+    assert SqlStore(str(tmp_path / name)).load_solution(key(1), ENV).candidate_name == "lab_kernel"
     # read-only opening quotes the path inside its SQLite URI the same way
-    assert SqlStore(str(tmp_path / name), readonly=True).load_solution(key(1), ENV).candidate == "lab_kernel"
+    assert SqlStore(str(tmp_path / name), readonly=True).load_solution(key(1), ENV).candidate_name == "lab_kernel"
     assert sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith(("-wal", "-shm"))) == [name]
 
 

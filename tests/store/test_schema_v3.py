@@ -35,6 +35,6 @@ def test_contract_and_measured_dims_survive_reopening(tmp_path, only_candidates)
     stored = again.contracts()
     assert stored == {Delegate().identity(): dataclasses.asdict(Delegate.contract)}
     assert Contract(**stored[Delegate().identity()]) == Delegate.contract
-    dims = {m.candidate: m.dims for m in again.load_measurements(region.key.id, decision.env.fingerprint)}
+    dims = {m.candidate_name: m.dims for m in again.load_measurements(region.key.id, decision.env.fingerprint)}
     assert dims == {"numpy_rmsnorm": {"rows": 37, "cols": 300}, "my_delegate": {"rows": 37, "cols": 300}}
     again.close()

@@ -45,14 +45,14 @@ def test_a_forced_winner_survives_a_call_with_a_non_contiguous_weight_from_anoth
     arbiter.arbitrate("rmsnorm", region, force=FUSED)  # the shared winner, as `arbiter tune` would store one
     fingerprint = envmod.environment("cpu").fingerprint
     before = SqlStore(db).load_solution(region.key.id, fingerprint)
-    assert (before.candidate, before.policy) == (FUSED, "forced")
+    assert (before.candidate_name, before.chosen_by) == (FUSED, "forced")
 
     # Another process calls the same key with a strided weight: the fused kernel does not apply to it.
     served, hits, loads, misses, fallbacks = _call("rmsnorm_strided", db)
     assert served != FUSED and fallbacks == "1"  # served by a stand-in, counted as a fallback
 
     after = SqlStore(db).load_solution(region.key.id, fingerprint)
-    assert (after.candidate, after.policy, after.created) == (FUSED, "forced", before.created)
+    assert (after.candidate_name, after.chosen_by, after.created) == (FUSED, "forced", before.created)
     assert len(SqlStore(db).solutions()) == 1
     # and every other process is still served the shared winner
     served, hits, loads, misses, fallbacks = _call("rmsnorm", db)
@@ -71,4 +71,4 @@ def test_a_tier_choice_on_a_miss_never_replaces_a_winner_stored_meanwhile(tmp_pa
     assert st.add_solution(measured) is True
     assert SqlStore(db).add_solution(tier) is False
     kept = SqlStore(db).load_solution(region.key.id, fingerprint)
-    assert (kept.candidate, kept.policy, kept.margin) == (FUSED, "measured", 0.4)
+    assert (kept.candidate_name, kept.chosen_by, kept.margin) == (FUSED, "measured", 0.4)

@@ -53,7 +53,7 @@ def test_a_solution_committed_elsewhere_after_start_up_is_found(backend):
     reader, writer = SqlStore(db), SqlStore(db)
     assert reader.load_solution(key(1), ENV) is None  # bulk-loads the (empty) environment
     writer.save_solution(SolutionRecord(key(2), "lab_kernel", "lab_kernel@1", {}, "tier", ENV))
-    assert reader.load_solution(key(2), ENV).candidate == "lab_kernel"
+    assert reader.load_solution(key(2), ENV).candidate_name == "lab_kernel"
 
 
 def test_measurements_counters_and_recorded_keys_persist(backend):
@@ -122,7 +122,7 @@ def test_a_v1_registry_is_upgraded_without_losing_rows(backend):
     st = SqlStore(db)
     assert st.version() == SCHEMA_VERSION
     record = st.load_solution(key(1), ENV)
-    assert (record.candidate, record.params, record.policy, record.margin, record.note) == \
+    assert (record.candidate_name, record.params, record.chosen_by, record.margin, record.note) == \
         ("lab_kernel", {"tile": 8}, "measured", 0.4, "")
     assert st.load_verdict(VerdictKey("lab_kernel@1", "{}", key(1), ENV)).passed is True
     [m] = st.load_measurements(key(1), ENV)
