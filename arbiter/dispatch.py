@@ -424,6 +424,12 @@ def stats() -> list[dict]:
         ]
 
 
+def route(key) -> Route | None:
+    """The route installed for ``key`` (a ``ProblemKey`` or its id) in this process: what its next
+    ``run_arbitrated`` call serves; None while the key is undecided here."""
+    return _table.get(key if isinstance(key, str) else key.id)
+
+
 def verified_count() -> int:
     """Verdicts computed (not fetched from the store) by this process."""
     return _state.verified
