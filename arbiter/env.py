@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from arbiter import targets
 
 
-
 def project_version() -> str:
     """This package's version from its installed metadata (``pyproject.toml``), never a literal."""
     from importlib import metadata

@@ -60,9 +60,9 @@ import numpy as np
 from arbiter import oracles, probes, targets
 from arbiter.candidates import Candidate, Fallback, params_id
 from arbiter.keys import POW2
+from arbiter.ops import op_kind
 from arbiter.oracles import array_module
 from arbiter.oracles.budgets import Budget, budget_for
-from arbiter.ops import op_kind
 from arbiter.store import VerdictKey
 
 # Beyond the two real-shape probes, the other probes together cost at most this multiple of the real

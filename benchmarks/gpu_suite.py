@@ -28,7 +28,6 @@ import os
 import sys
 import time
 
-
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from arbiter import targets  # noqa: E402

@@ -30,8 +30,8 @@ def host_cost(n: int = 3000) -> dict:
     import numpy as np
 
     import arbiter
-    from arbiter.candidates.nvidia._rows import _launch_plan
     from arbiter.candidates.nvidia._cuda import kernel
+    from arbiter.candidates.nvidia._rows import _launch_plan
     from arbiter.regions import RMSNorm
 
     x = cp.asarray(np.random.default_rng(0).standard_normal((256, 512)), dtype=cp.float32)
@@ -136,10 +136,10 @@ def torch_vs_bare(quick: bool) -> list[dict]:
     import torch
     import torch.nn.functional as F
 
+    from arbiter import run_arbitrated
     from arbiter.candidates import REGISTRY
     from arbiter.regions import LayerNorm, RMSNorm, Softmax
     from arbiter.timing import measure, measure_calls
-    from arbiter import run_arbitrated
 
     cases = [("softmax", "torch_softmax", (512, 50257), "float16"),
              ("rmsnorm", "torch_rmsnorm", (8192, 5120), "bfloat16"),

@@ -20,10 +20,27 @@ from arbiter.ops import op_kind
 from arbiter.regions import Attention, LayerNorm, Matmul, Pointwise, RMSNorm, Softmax
 from arbiter.verify import CHEAP_CHECK_WORK, check_output, probe_plan, verify
 from gpu_support import requires_gpu
-from wrong_candidates import (AttentionFixedScale, AttentionNoMax, Bf16Matmul, Bf16x3, BottomRightCausal,
-                              LayerNormNoEps, LayerNormOnePass, Memoized, PointwiseFixedScalar, ReluInPlace,
-                              ReversedSoftmax, RMSNormFixedEps, RMSNormNoEps, SameLengths, SoftmaxNoMax,
-                              SquareOnly, StrassenOnce, Wrong, _softmax_rows)
+from wrong_candidates import (
+    AttentionFixedScale,
+    AttentionNoMax,
+    Bf16Matmul,
+    Bf16x3,
+    BottomRightCausal,
+    LayerNormNoEps,
+    LayerNormOnePass,
+    Memoized,
+    PointwiseFixedScalar,
+    ReluInPlace,
+    ReversedSoftmax,
+    RMSNormFixedEps,
+    RMSNormNoEps,
+    SameLengths,
+    SoftmaxNoMax,
+    SquareOnly,
+    StrassenOnce,
+    Wrong,
+    _softmax_rows,
+)
 
 
 def _mm(dims, dtype="float32", **attrs):

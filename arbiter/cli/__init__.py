@@ -16,8 +16,8 @@ import typing
 from typing import Optional
 
 import typer
-from typer.core import TyperCommand, TyperGroup
 from rich.text import Text
+from typer.core import TyperCommand, TyperGroup
 
 from arbiter.cli.output import console, lit  # noqa: F401  (commands import them from here)
 
@@ -147,10 +147,10 @@ def _root(db: str = typer.Option(None, "--db", help=DB_HELP)):
     _use_db(db)
 
 
-from arbiter.cli import run as _run  # noqa: E402,F401  (registers commands)
-from arbiter.cli import tune as _tune  # noqa: E402,F401
 from arbiter.cli import registry as _registry  # noqa: E402,F401
 from arbiter.cli import report as _report  # noqa: E402,F401
+from arbiter.cli import run as _run  # noqa: E402,F401  (registers commands)
+from arbiter.cli import tune as _tune  # noqa: E402,F401
 
 
 def main() -> None:

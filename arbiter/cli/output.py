@@ -18,10 +18,10 @@ import os
 import sys
 import time
 
-from rich.console import Console
-from rich.measure import Measurement
 from rich.cells import cell_len
+from rich.console import Console
 from rich.containers import Lines
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 

@@ -328,9 +328,8 @@ def _move_aside(path: str) -> str:
 def doctor(repair: bool = typer.Option(False, "--repair", help="Move a corrupt registry aside (never deleted) "
                                                                "so a fresh one is created.")):
     """Check the user registry: readable, a registry, schema version, integrity, row counts, stale entries."""
-    from arbiter.store.sql import SqlStore, UnwritableRegistry, sqlite_path, to_url
-
     from arbiter.store.migrate import NewerSchemaError
+    from arbiter.store.sql import SqlStore, UnwritableRegistry, sqlite_path, to_url
 
     out = console(markup=False)  # paths and messages print as they are
     where = _where()

@@ -12,7 +12,8 @@ import arbiter
 from arbiter import cpu_threads, dispatch, select
 from arbiter import env as envmod
 from arbiter.candidates import params_id
-from arbiter.cli import app, console as make_console, friendly, lit
+from arbiter.cli import app, friendly, lit
+from arbiter.cli import console as make_console
 from arbiter.cli.output import Steps, show
 from arbiter.errors import NoCandidateError
 from arbiter.store import VerdictKey

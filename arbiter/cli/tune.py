@@ -15,13 +15,15 @@ from rich.text import Text
 from arbiter import cpu_threads, dispatch, select
 from arbiter import env as envmod
 from arbiter.candidates import REGISTRY, params_id
-from arbiter.cli import app, console as make_console, friendly, lit, require_target
+from arbiter.cli import app, friendly, lit, require_target
+from arbiter.cli import console as make_console
 from arbiter.cli.output import Steps, show
 from arbiter.errors import NoCandidateError
 from arbiter.keys import ProblemKey
 from arbiter.ops import op_kind
 from arbiter.report import label as solution_label
-from arbiter.suite import Problem, suite as get_suite
+from arbiter.suite import Problem
+from arbiter.suite import suite as get_suite
 from arbiter.tune import budget_clock, explain_rows, tune_region
 
 
@@ -256,8 +258,8 @@ def tune(
 
 def _claims_store():
     """The registry database claims live in; None when the registry is in memory (nothing to share)."""
-    from arbiter.store.claims import sql_store
     from arbiter.errors import RegistryError
+    from arbiter.store.claims import sql_store
 
     try:
         return sql_store(dispatch.store())

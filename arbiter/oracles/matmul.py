@@ -8,6 +8,7 @@ import numpy as np
 
 from arbiter.oracles import array_module, host64
 
+
 def erf(z):
     """Elementwise erf. A device reference (``oracles.on_device``) uses CuPy's; on the host SciPy's (vectorised)
     when installed, else ``math.erf`` per element (exact, slower). SciPy is imported on first use, not with

@@ -15,8 +15,19 @@ from sqlalchemy import inspect, select, update
 from sqlalchemy.engine import Connection
 
 from arbiter.errors import RegistryError
-from arbiter.store.models import (SCHEMA_VERSION, Base, CandidateRow, ClaimRow, CounterRow, MeasurementRow, RecordedKey,
-                                  SchemaVersion, SolutionRow, VerdictRow, utcnow)
+from arbiter.store.models import (
+    SCHEMA_VERSION,
+    Base,
+    CandidateRow,
+    ClaimRow,
+    CounterRow,
+    MeasurementRow,
+    RecordedKey,
+    SchemaVersion,
+    SolutionRow,
+    VerdictRow,
+    utcnow,
+)
 
 
 def _add_column(conn: Connection, model, name: str, fill) -> None:

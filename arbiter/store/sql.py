@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-
 import math
 import os
 import random
@@ -43,10 +42,18 @@ from sqlalchemy.pool import StaticPool
 from arbiter import env as envmod
 from arbiter.errors import RegistryError
 from arbiter.oracles.budgets import Budget
-from arbiter.store import (CountDelta, MeasurementRecord, SolutionRecord, Store, VerdictKey)
-from arbiter.store import flusher, migrate
-from arbiter.store.models import (SCHEMA_VERSION, CandidateRow, CounterRow, Environment, MeasurementRow,
-                                  ProblemKeyRow, RecordedKey, SolutionRow, VerdictRow)
+from arbiter.store import CountDelta, MeasurementRecord, SolutionRecord, Store, VerdictKey, flusher, migrate
+from arbiter.store.models import (
+    SCHEMA_VERSION,
+    CandidateRow,
+    CounterRow,
+    Environment,
+    MeasurementRow,
+    ProblemKeyRow,
+    RecordedKey,
+    SolutionRow,
+    VerdictRow,
+)
 
 BUSY_TIMEOUT_MS = 10_000  # SQLite waits this long for a lock before reporting busy
 RETRY_SECONDS = 120.0  # then we back off and retry for this long in total

@@ -29,14 +29,30 @@ from collections.abc import Iterator
 from datetime import datetime
 from typing import Annotated, Literal
 
-from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError, field_validator,
-                      model_validator)
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from sqlalchemy import insert, select, update
 
 from arbiter.errors import RegistryError
 from arbiter.keys import ProblemKey
-from arbiter.store.models import (SCHEMA_VERSION, CandidateRow, Environment, MeasurementRow, ProblemKeyRow,
-                                  SolutionRow, VerdictRow, utcnow)
+from arbiter.store.models import (
+    SCHEMA_VERSION,
+    CandidateRow,
+    Environment,
+    MeasurementRow,
+    ProblemKeyRow,
+    SolutionRow,
+    VerdictRow,
+    utcnow,
+)
 
 FORMAT = "kernel-arbiter-registry"
 Text = Field(max_length=4096)

@@ -57,7 +57,8 @@ def bindings():
     global hip, hiprtc, hipblas, hipblaslt, hip_python_version
     if hip is None:
         import hip as package
-        from hip import hip as runtime, hiprtc as rtc
+        from hip import hip as runtime
+        from hip import hiprtc as rtc
 
         try:
             from hip import hipblas as blas

@@ -17,8 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from arbiter.errors import RegistryError
-from arbiter.store import SolutionRecord, VerdictKey, default_store
-from arbiter.store import layered
+from arbiter.store import SolutionRecord, VerdictKey, default_store, layered
 from arbiter.store.sql import SqlStore
 from tests.store._workers import ENV, LabCandidate, key, verdict
 

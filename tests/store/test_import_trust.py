@@ -106,8 +106,8 @@ def test_an_environment_whose_fields_are_not_its_fingerprint_is_refused_by_entry
 
 
 def _lab_export(tmp_path) -> dict:
-    from tests.store._workers import LabCandidate, verdict
     from arbiter.store import MeasurementRecord, VerdictKey
+    from tests.store._workers import LabCandidate, verdict
 
     st = SqlStore(str(tmp_path / "src.db"))
     cand = LabCandidate()

@@ -11,6 +11,7 @@ from arbiter.candidates import REGISTRY
 from arbiter.targets.nvidia import NvidiaTarget
 from gpu_support import requires_gpu
 
+
 def test_unavailable_without_cupy_gives_the_reason(monkeypatch):
     monkeypatch.setitem(sys.modules, "cupy", None)  # makes `import cupy` raise ImportError
     reason = NvidiaTarget().available()

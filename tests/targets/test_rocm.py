@@ -6,8 +6,8 @@ import ctypes
 
 import numpy as np
 import pytest
-import rocm_fake
 
+import rocm_fake
 from arbiter import targets
 from arbiter.regions import Matmul
 from arbiter.targets import rocm

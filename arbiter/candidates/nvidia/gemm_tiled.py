@@ -8,8 +8,15 @@ from __future__ import annotations
 import numpy as np
 
 from arbiter.candidates import Tier, register
-from arbiter.candidates.nvidia._cuda import (IDENTITY_EPILOGUE, NvidiaCandidate, check_gemm,
-                                             finish_epilogue, gemm_output, kernel, row_stride)
+from arbiter.candidates.nvidia._cuda import (
+    IDENTITY_EPILOGUE,
+    NvidiaCandidate,
+    check_gemm,
+    finish_epilogue,
+    gemm_output,
+    kernel,
+    row_stride,
+)
 
 # (BM, BN, BK, TM, TN); 256 threads each, except the 16x16 tile for tiny products.
 TILES = [(64, 64, 16, 4, 4), (32, 32, 32, 2, 2), (16, 16, 16, 1, 1), (128, 128, 8, 8, 8), (128, 64, 16, 8, 4)]
