@@ -61,7 +61,7 @@ class ProblemKey:
     id: str
 
     @classmethod
-    def make(cls, target, op, dtype, layout, attrs, bucket) -> "ProblemKey":
+    def make(cls, target, op, dtype, layout, attrs, bucket) -> ProblemKey:
         attrs = tuple(attrs)
         bucket = tuple(bucket)
         text = "{}:{}:{}:{}:{}:{}".format(
@@ -72,7 +72,7 @@ class ProblemKey:
         return cls(target, op, dtype, layout, attrs, bucket, text)
 
     @classmethod
-    def parse(cls, text: str) -> "ProblemKey":
+    def parse(cls, text: str) -> ProblemKey:
         """Inverse of ``id``; raises ValueError naming the text when it is malformed."""
         parts = text.split(":")
         if len(parts) != 6:
@@ -98,7 +98,7 @@ class ProblemKey:
     def shape_text(self) -> str:
         return "x".join(str(v) for _, v in self.bucket)
 
-    def with_bucket(self, bucket) -> "ProblemKey":
+    def with_bucket(self, bucket) -> ProblemKey:
         return ProblemKey.make(self.target, self.op, self.dtype, self.layout, self.attrs, bucket)
 
 

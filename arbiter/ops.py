@@ -6,8 +6,8 @@ counters) applies to them unchanged.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from arbiter import regions
 from arbiter.oracles import attention, fft, gated, layernorm, matmul, pointwise, rmsnorm, softmax

@@ -152,7 +152,7 @@ class Region:
 
     @classmethod
     def random(cls, target: str, dtype: str, dims: dict, attrs: dict | None = None, layout: str | None = None,
-               rng: np.random.Generator | None = None) -> "Region":
+               rng: np.random.Generator | None = None) -> Region:
         """A random instance (seeded, never zeros) described by target, dtype, dims, attrs and layout."""
         raise NotImplementedError
 
@@ -161,14 +161,14 @@ class Region:
         eps, scale, ...), so a rebuilt instance computes the same function."""
         return {}
 
-    def resized(self, dims: dict, rng: np.random.Generator) -> "Region":
+    def resized(self, dims: dict, rng: np.random.Generator) -> Region:
         """A fresh random region with the same attributes, dtype, target, layout and runtime scalars, at ``dims``."""
         return self.random(self.target, self.dtype, dims, dict(self.attrs), self.layout, rng, **self.runtime_args())
 
-    def fresh(self, rng: np.random.Generator) -> "Region":
+    def fresh(self, rng: np.random.Generator) -> Region:
         return self.resized(self.dims, rng)
 
-    def allow_looser(self) -> "Region":
+    def allow_looser(self) -> Region:
         """This region with the caller's consent to candidates that declare looser accuracy than the op's
         budget (``Contract(accuracy="bounded", ...)``). The consent is part of the problem key
         (attribute ``accuracy=looser``), so its decisions and verdicts never serve a key without it."""
@@ -180,7 +180,7 @@ class Region:
                                     self.key.bucket)
         return clone
 
-    def with_out(self, out) -> "Region":
+    def with_out(self, out) -> Region:
         """A shallow copy of this region that writes into ``out`` (used for poisoning)."""
         clone = object.__new__(type(self))
         for cls in type(self).__mro__:
@@ -220,7 +220,7 @@ class Region:
             return native
         return _empty_like_target(self.target, shape, dtype)
 
-    def cupy_views(self) -> "Region":
+    def cupy_views(self) -> Region:
         """A torch caller's region with CuPy views in place of its tensors (what a CuPy kernel needs).
 
         Views are built from the tensors' pointers (no DLPack), only when a non-torch kernel runs."""
@@ -432,7 +432,7 @@ class Matmul(Region):
 
     @classmethod
     def random(cls, target: str, dtype: str, dims: dict, attrs: dict | None = None, layout: str = "RR",
-               rng: np.random.Generator | None = None) -> "Matmul":
+               rng: np.random.Generator | None = None) -> Matmul:
         """A random instance: ``dims`` has m, n, k; ``attrs`` may set activation, bias, residual."""
         attrs = dict(attrs or {})
         rng = rng if rng is not None else np.random.default_rng(0)
@@ -507,7 +507,7 @@ class Softmax(_RowRegion):
 
     @classmethod
     def random(cls, target: str, dtype: str, dims: dict, attrs: dict | None = None, layout: str = "R",
-               rng: np.random.Generator | None = None) -> "Softmax":
+               rng: np.random.Generator | None = None) -> Softmax:
         """A random instance: ``dims`` has rows, cols; ``attrs`` may set axis ('last' or 'inner')."""
         axis = (attrs or {}).get("axis", "last")
         if axis not in ("last", "inner"):
@@ -542,7 +542,7 @@ class RMSNorm(_RowRegion):
 
     @classmethod
     def random(cls, target: str, dtype: str, dims: dict, attrs: dict | None = None, layout: str = "R",
-               rng: np.random.Generator | None = None, eps: float = 1e-6) -> "RMSNorm":
+               rng: np.random.Generator | None = None, eps: float = 1e-6) -> RMSNorm:
         """A random instance: ``dims`` has rows, cols."""
         rng = rng if rng is not None else np.random.default_rng(0)
         x = cls._random_x(target, dtype, dims, True, layout, rng)
@@ -604,7 +604,7 @@ class LayerNorm(_RowRegion):
 
     @classmethod
     def random(cls, target: str, dtype: str, dims: dict, attrs: dict | None = None, layout: str = "R",
-               rng: np.random.Generator | None = None, eps: float = 1e-5) -> "LayerNorm":
+               rng: np.random.Generator | None = None, eps: float = 1e-5) -> LayerNorm:
         """A random instance: ``dims`` has rows, cols; ``attrs`` may set bias ('1' or '0', default '1')."""
         rng = rng if rng is not None else np.random.default_rng(0)
         x = cls._random_x(target, dtype, dims, True, layout, rng)
@@ -670,7 +670,7 @@ class Attention(Region):
 
     @classmethod
     def random(cls, target: str, dtype: str, dims: dict, attrs: dict | None = None, layout: str = "RRR",
-               rng: np.random.Generator | None = None, scale: float | None = None) -> "Attention":
+               rng: np.random.Generator | None = None, scale: float | None = None) -> Attention:
         """A random instance: ``dims`` has batch, heads, q, k, d; ``attrs`` may set causal ('1' or '0')."""
         rng = rng if rng is not None else np.random.default_rng(0)
         b, h, sq, sk, d = (dims[n] for n in cls.DIMS)
@@ -780,7 +780,7 @@ class FFT(Region):
 
     @classmethod
     def random(cls, target: str, dtype: str, dims: dict, attrs: dict | None = None, layout: str = "R",
-               rng: np.random.Generator | None = None) -> "FFT":
+               rng: np.random.Generator | None = None) -> FFT:
         """A random instance: ``dims`` has batch, n; ``attrs`` may set kind ('c2c', 'r2c') and inverse ('1', '0').
 
         ``dtype`` is x's: complex for c2c and c2r, real for r2c. A real dtype given for c2c or c2r, or a
@@ -840,7 +840,7 @@ class Gated(Region):
 
     @classmethod
     def random(cls, target: str, dtype: str, dims: dict, attrs: dict | None = None, layout: str = "RRR",
-               rng: np.random.Generator | None = None) -> "Gated":
+               rng: np.random.Generator | None = None) -> Gated:
         """A random instance: ``dims`` has m, n, k."""
         rng = rng if rng is not None else np.random.default_rng(0)
         m, n, k = dims["m"], dims["n"], dims["k"]
@@ -933,7 +933,7 @@ class Pointwise(Region):
 
     @classmethod
     def random(cls, target: str, dtype: str, dims: dict, attrs: dict | None = None, layout: str | None = None,
-               rng: np.random.Generator | None = None, scalars: list[float] | None = None) -> "Pointwise":
+               rng: np.random.Generator | None = None, scalars: list[float] | None = None) -> Pointwise:
         """A random instance: ``dims`` has size; ``attrs['chain']`` is the chain text (``mul[t]>add[s]>relu``).
 
         Scalars come from ``scalars`` in order when given, else uniform in [0.5, 2).

@@ -34,7 +34,6 @@ through the arbiter when the compiled code runs.
 from __future__ import annotations
 
 import math
-from typing import Optional
 
 import torch
 import torch.nn.functional as F
@@ -146,7 +145,7 @@ REFERENCE = {"matmul": ref_matmul, "softmax": ref_softmax, "rmsnorm": ref_rmsnor
 # -- dispatch through the arbiter -----------------------------------------------------------------------
 
 
-def _host_ready(t: Optional[torch.Tensor], work_dtype):
+def _host_ready(t: torch.Tensor | None, work_dtype):
     """A tensor the region can adopt: detached (the custom op's autograd is ours), and on the CPU in a
     dtype NumPy has (bfloat16 -> float32)."""
     if t is None:
@@ -222,8 +221,8 @@ def _register(op: str, fn, fake):
     return lib_op
 
 
-def _matmul(a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor] = None,
-            residual: Optional[torch.Tensor] = None, activation: str = "none") -> torch.Tensor:
+def _matmul(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None,
+            residual: torch.Tensor | None = None, activation: str = "none") -> torch.Tensor:
     return _arbitrated("matmul", lambda a_, b_, bias_, res_: regions.Matmul(a_, b_, bias=bias_, activation=activation,
                                                                            residual=res_),
                        [a, b, bias, residual], a.dtype)
@@ -245,14 +244,14 @@ def _rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.
     return _arbitrated("rmsnorm", lambda x_, w_: regions.RMSNorm(x_, w_, eps=eps), [x, weight], x.dtype)
 
 
-def _layernorm(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None,
+def _layernorm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
                eps: float = 1e-5) -> torch.Tensor:
     return _arbitrated("layernorm", lambda x_, w_, b_: regions.LayerNorm(x_, w_, bias=b_, eps=eps), [x, weight, bias],
                        x.dtype)
 
 
 def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
-               scale: Optional[float] = None) -> torch.Tensor:
+               scale: float | None = None) -> torch.Tensor:
     return _arbitrated("attention", lambda q_, k_, v_: regions.Attention(q_, k_, v_, causal=causal, scale=scale),
                        [q, k, v], q.dtype)
 
@@ -278,7 +277,7 @@ def _fft_out(x, kind, inverse, n):
     return tuple(x.shape[:-1]) + (length // 2 + 1,), _COMPLEX.get(x.dtype, x.dtype)
 
 
-def _fft(x: torch.Tensor, kind: str = "c2c", inverse: bool = False, n: Optional[int] = None) -> torch.Tensor:
+def _fft(x: torch.Tensor, kind: str = "c2c", inverse: bool = False, n: int | None = None) -> torch.Tensor:
     _, dtype = _fft_out(x, kind, inverse, n)
     return _arbitrated("fft", lambda x_: regions.FFT(x_, kind=kind, inverse=inverse, n=n), [x], dtype)
 

@@ -19,9 +19,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from arbiter.candidates import REGISTRY  # noqa: E402
-from arbiter.regions import FFT, Attention, Gated, LayerNorm, Pointwise  # noqa: E402
-from cpu_suite import machine, parse_args, sweep_tables  # noqa: E402
+from arbiter.candidates import REGISTRY
+from arbiter.regions import FFT, Attention, Gated, LayerNorm, Pointwise
+from cpu_suite import machine, parse_args, sweep_tables
 
 
 def att(b, h, q, k, d):

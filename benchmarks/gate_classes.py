@@ -21,10 +21,10 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 
-import arbiter  # noqa: E402
-import wrong_candidates as W  # noqa: E402
-from arbiter.regions import Attention, LayerNorm, Matmul, Pointwise, RMSNorm, Softmax  # noqa: E402
-from arbiter.verify import verify  # noqa: E402
+import arbiter
+import wrong_candidates as W
+from arbiter.regions import Attention, LayerNorm, Matmul, Pointwise, RMSNorm, Softmax
+from arbiter.verify import verify
 
 ATTN = {"batch": 1, "heads": 2, "q": 32, "k": 32, "d": 16}
 CASES = [

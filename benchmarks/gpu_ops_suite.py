@@ -23,12 +23,12 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
 
-from arbiter.candidates import REGISTRY, params_id  # noqa: E402
-from arbiter.suite import Problem, rows  # noqa: E402
-from arbiter.timing import measure  # noqa: E402
-from arbiter.tune import separated  # noqa: E402
-from arbiter.verify import verify  # noqa: E402
-from gpu_suite import DeviceCopy, TorchViews, regret_text, speedup, start, timing_row  # noqa: E402
+from arbiter.candidates import REGISTRY, params_id
+from arbiter.suite import Problem, rows
+from arbiter.timing import measure
+from arbiter.tune import separated
+from arbiter.verify import verify
+from gpu_suite import DeviceCopy, TorchViews, regret_text, speedup, start, timing_row
 
 OPS = ("layernorm", "attention", "fft", "gated", "pointwise")
 

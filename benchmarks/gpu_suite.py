@@ -30,12 +30,12 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from arbiter import targets  # noqa: E402
-from arbiter.candidates import REGISTRY, Candidate, params_id  # noqa: E402
-from arbiter.suite import Problem, mm, rows  # noqa: E402
-from arbiter.timing import measure  # noqa: E402
-from arbiter.tune import separated  # noqa: E402
-from arbiter.verify import verify  # noqa: E402
+from arbiter import targets
+from arbiter.candidates import REGISTRY, Candidate, params_id
+from arbiter.suite import Problem, mm, rows
+from arbiter.timing import measure
+from arbiter.tune import separated
+from arbiter.verify import verify
 
 GEMM_SHAPES = [  # (M, N, K): cubes, skinny, GEMV (N == 1), M == 1, split-K territory
     (16, 16, 16), (32, 32, 32), (64, 64, 64), (128, 128, 128), (256, 256, 256), (512, 512, 512),
@@ -250,7 +250,7 @@ def summary(results: list[dict]) -> str:
     sel = [r for r in results if r["selected"]]
     vs_torch = [r["peers"]["torch_eager"]["median_us"] / r["selected"]["median_us"] for r in sel
                 if "torch_eager" in r["peers"]]
-    vs_vendor = [r["vendor"]["median_us"] / r["selected"]["median_us"] for r in sel if r["vendor"]]  # noqa: E501
+    vs_vendor = [r["vendor"]["median_us"] / r["selected"]["median_us"] for r in sel if r["vendor"]]
     lat_torch = [r["latency"]["torch_eager"]["median_us"] / r["latency"]["selected"]["median_us"] for r in sel
                  if "torch_eager" in r["latency"]]
     def best_peer(r):

@@ -25,11 +25,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sqlalchemy import create_engine, select  # noqa: E402
+from sqlalchemy import create_engine, select
 
-from arbiter.store import SolutionRecord  # noqa: E402
-from arbiter.store.models import SolutionRow  # noqa: E402
-from arbiter.store.sql import SqlStore  # noqa: E402
+from arbiter.store import SolutionRecord
+from arbiter.store.models import SolutionRow
+from arbiter.store.sql import SqlStore
 
 ENV = "cd" * 10
 

@@ -23,8 +23,9 @@ import os
 import pkgutil
 import threading
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, ClassVar
+from typing import ClassVar
 
 ENTRY_POINT_GROUP = "kernel_arbiter.candidates"
 
@@ -213,7 +214,7 @@ _code_text: dict = {}
 _MAX_DEPTH = 3
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _installed_paths() -> tuple[str, ...]:
     import site
     import sysconfig
@@ -231,13 +232,13 @@ def _is_project_file(path: str | None) -> bool:
     return not any(path.startswith(p + os.sep) for p in _installed_paths())
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _package_version(module_name: str) -> str:
     top = module_name.split(".", 1)[0]
     return _distribution_version(top)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _distribution_version(top: str) -> str:
     from importlib import metadata
 

@@ -13,13 +13,12 @@ import os
 import re
 import textwrap
 import typing
-from typing import Optional
 
 import typer
 from rich.text import Text
 from typer.core import TyperCommand, TyperGroup
 
-from arbiter.cli.output import console, lit  # noqa: F401  (commands import them from here)
+from arbiter.cli.output import console, lit  # commands import them from here
 
 DB_HELP = ("Registry: a file path or SQLAlchemy URL (default $ARBITER_DB, else ./registry.db). "
            "Taken before or after the command; after it wins.")
@@ -88,15 +87,15 @@ def _with_global_options(command):
     """``command`` with a ``--db`` option added to its signature (Typer reads the signature)."""
 
     @functools.wraps(command)
-    def wrapper(*args, db: Optional[str] = None, **kwargs):
+    def wrapper(*args, db: str | None = None, **kwargs):
         _use_db(db)
         return command(*args, **kwargs)
 
     sig = inspect.signature(command, eval_str=True)
-    option = inspect.Parameter("db", inspect.Parameter.KEYWORD_ONLY, annotation=Optional[str],
+    option = inspect.Parameter("db", inspect.Parameter.KEYWORD_ONLY, annotation=str | None,
                                default=typer.Option(None, "--db", help=DB_HELP))
     wrapper.__signature__ = sig.replace(parameters=[*sig.parameters.values(), option])
-    wrapper.__annotations__ = {**typing.get_type_hints(command), "db": Optional[str]}
+    wrapper.__annotations__ = {**typing.get_type_hints(command), "db": str | None}
     return wrapper
 
 
@@ -147,10 +146,13 @@ def _root(db: str = typer.Option(None, "--db", help=DB_HELP)):
     _use_db(db)
 
 
-from arbiter.cli import registry as _registry  # noqa: E402,F401
-from arbiter.cli import report as _report  # noqa: E402,F401
+# Importing a module registers its commands: this order is the order of `arbiter --help`.
+# isort: off
 from arbiter.cli import run as _run  # noqa: E402,F401  (registers commands)
 from arbiter.cli import tune as _tune  # noqa: E402,F401
+from arbiter.cli import registry as _registry  # noqa: E402,F401
+from arbiter.cli import report as _report  # noqa: E402,F401
+# isort: on
 
 
 def main() -> None:

@@ -10,7 +10,6 @@ import json
 import os
 import time
 from contextlib import contextmanager
-from typing import Optional
 
 import typer
 from rich.table import Table
@@ -377,9 +376,9 @@ def doctor(repair: bool = typer.Option(False, "--repair", help="Move a corrupt r
 
 @app.command("export")
 def export_cmd(
-    file: Optional[str] = typer.Argument(None, help="JSON file to write."),
-    env: Optional[str] = typer.Option(None, "--env", help="With --out: the environment fingerprint to publish."),
-    out: Optional[str] = typer.Option(None, "--out", help="Instead of JSON: write a read-only SQLite registry "
+    file: str | None = typer.Argument(None, help="JSON file to write."),
+    env: str | None = typer.Option(None, "--env", help="With --out: the environment fingerprint to publish."),
+    out: str | None = typer.Option(None, "--out", help="Instead of JSON: write a read-only SQLite registry "
                                                           "of --env's solutions and verdicts (ARBITER_SYSTEM_DB)."),
 ):
     """Write the user registry (environments, candidates, verdicts, measurements, solutions) as JSON; or, with

@@ -4,7 +4,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from typing import List, Optional
 
 import numpy as np
 import typer
@@ -114,37 +113,37 @@ def _recorded_problems(target: str) -> list[Problem]:
 @app.command()
 @friendly
 def tune(
-    op: Optional[str] = typer.Option(None, help="Op to tune: matmul, softmax, rmsnorm, ..."),
-    shape: List[str] = typer.Option([], help="Shape(s) like 512x512x512 (matmul MxNxK) or 4096x1024 (rows x cols)."),
-    dtype: List[str] = typer.Option(["float32"], help="Dtype(s)."),
+    op: str | None = typer.Option(None, help="Op to tune: matmul, softmax, rmsnorm, ..."),
+    shape: list[str] = typer.Option([], help="Shape(s) like 512x512x512 (matmul MxNxK) or 4096x1024 (rows x cols)."),
+    dtype: list[str] = typer.Option(["float32"], help="Dtype(s)."),
     activation: str = typer.Option("none", help="matmul epilogue activation."),
     bias: bool = typer.Option(False, help="matmul epilogue: add a bias."),
     residual: bool = typer.Option(False, help="matmul epilogue: add a residual."),
-    attr: List[str] = typer.Option([], "--attr", help="Op attribute name=value (causal=1, kind=r2c, "
+    attr: list[str] = typer.Option([], "--attr", help="Op attribute name=value (causal=1, kind=r2c, "
                                                        "chain=mul[t]>relu, ...)."),
-    suite: Optional[str] = typer.Option(None, help="Tune a built-in suite instead of --op/--shape."),
+    suite: str | None = typer.Option(None, help="Tune a built-in suite instead of --op/--shape."),
     from_recorded: bool = typer.Option(False, "--from-recorded", help="Tune the keys recorded by policy 'record'."),
     retune_stale: bool = typer.Option(False, "--retune-stale", help="Also tune keys whose solution is stale here."),
     target: str = typer.Option("cpu", help="Target: cpu, nvidia or rocm."),
     mode: str = typer.Option("device", help="Timing mode that decides: device (events around one call), "
                                             "latency (host clock + synchronize) or stream (back-to-back calls); "
                                             "GPUs record all three."),
-    budget_seconds: Optional[float] = typer.Option(None, help="Stop starting new keys after this many seconds."),
+    budget_seconds: float | None = typer.Option(None, help="Stop starting new keys after this many seconds."),
     force: bool = typer.Option(False, help="Re-tune keys that already have a measured solution here."),
     dry_run: bool = typer.Option(False, "--dry-run", help="List the keys that would be tuned; tune nothing."),
     workers: int = typer.Option(1, min=1, help="Worker processes sharing the keys (CPU)."),
-    devices: Optional[str] = typer.Option(None, help="GPU ids, e.g. 0,1: one worker per device."),
+    devices: str | None = typer.Option(None, help="GPU ids, e.g. 0,1: one worker per device."),
     isolate: bool = typer.Option(False, help="Verify and time each solution in a child process, so a crash, hang "
                                              "or memory exhaustion fails only that solution."),
     allow_looser: bool = typer.Option(False, "--allow-looser", help="Consent to candidates declaring accuracy "
                                       "looser than the op's budget (keys get accuracy=looser)."),
-    env_fingerprint: Optional[str] = typer.Option(None, "--env", help="Tune for this stored environment "
+    env_fingerprint: str | None = typer.Option(None, "--env", help="Tune for this stored environment "
                                                   "fingerprint instead of this host's own (a compatible host: "
                                                   "results are stored under it)."),
     watch: bool = typer.Option(False, "--watch", help="With --from-recorded: keep claiming keys as production "
                                                       "records them, until SIGINT/SIGTERM."),
     poll_seconds: float = typer.Option(5.0, min=0.01, help="--watch: seconds between looks for new keys."),
-    watch_seconds: Optional[float] = typer.Option(None, min=0, help="--watch: stop after this many seconds."),
+    watch_seconds: float | None = typer.Option(None, min=0, help="--watch: stop after this many seconds."),
     lease_seconds: float = typer.Option(60.0, min=0.1, help="A key's claim lasts this long unless renewed "
                                                             "(renewed every third of it while tuning); a dead "
                                                             "host's key is taken over after it."),
@@ -422,10 +421,10 @@ def explain(
     activation: str = typer.Option("none", help="matmul epilogue activation."),
     bias: bool = typer.Option(False, help="matmul epilogue: add a bias."),
     residual: bool = typer.Option(False, help="matmul epilogue: add a residual."),
-    attr: List[str] = typer.Option([], "--attr", help="Op attribute name=value (causal=1, kind=r2c, "
+    attr: list[str] = typer.Option([], "--attr", help="Op attribute name=value (causal=1, kind=r2c, "
                                                        "chain=mul[t]>relu, ...)."),
     target: str = typer.Option("cpu", help="Target: cpu, nvidia or rocm."),
-    source: Optional[str] = typer.Option(None, help="Also print the code of this candidate (e.g. a synthesized kernel)."),
+    source: str | None = typer.Option(None, help="Also print the code of this candidate (e.g. a synthesized kernel)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
     allow_looser: bool = typer.Option(False, "--allow-looser", help="Explain the key that consents to candidates "
                                       "declaring accuracy looser than the op's budget (accuracy=looser)."),

@@ -20,7 +20,7 @@ def erf(z):
     return _host_erf()(z)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _host_erf():
     # Found once, never stored in a module global: a global that changes on first use would change the
     # behaviour identity of every candidate that references this module between two processes.

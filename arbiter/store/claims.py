@@ -197,7 +197,7 @@ class Claims:
         self.sql._run(lambda conn: conn.execute(update(ClaimRow).where(*self._mine(key, env)).values(
             state="open", holder="", expires=0.0, updated=utcnow())), write=True)
 
-    def lease(self, key: str, env: str) -> "Lease":
+    def lease(self, key: str, env: str) -> Lease:
         return Lease(self, key, env)
 
 

@@ -66,7 +66,7 @@ _UNWRITABLE = ("unable to open database file", "readonly database", "read-only f
                "attempt to write a readonly")
 
 
-_LIVE: "weakref.WeakSet[SqlStore]" = weakref.WeakSet()  # open stores, made fit for a forked child
+_LIVE: weakref.WeakSet[SqlStore] = weakref.WeakSet()  # open stores, made fit for a forked child
 
 
 def _after_fork_in_child() -> None:

@@ -85,8 +85,8 @@ Probe = Annotated[str, Field(max_length=256)]
 
 
 def _scalar(x) -> bool:
-    return (x is None or isinstance(x, (bool, int)) and abs(x) < 2**63
-            or isinstance(x, float) and math.isfinite(x) or isinstance(x, str) and len(x) <= 256)
+    return (x is None or (isinstance(x, (bool, int)) and abs(x) < 2**63)
+            or (isinstance(x, float) and math.isfinite(x)) or (isinstance(x, str) and len(x) <= 256))
 
 
 def _solution_index(v: dict) -> dict:
@@ -96,7 +96,7 @@ def _solution_index(v: dict) -> dict:
     if len(v) > 64:
         raise ValueError(f"{len(v)} parameters; a solution index has at most 64")
     for name, x in v.items():
-        if len(name) > 128 or not (_scalar(x) or isinstance(x, list) and len(x) <= 64 and all(map(_scalar, x))):
+        if len(name) > 128 or not (_scalar(x) or (isinstance(x, list) and len(x) <= 64 and all(map(_scalar, x)))):
             raise ValueError(f"parameter {name[:40]!r}: must be a bool, integer, finite number, string of at "
                              f"most 256 characters, or a list of at most 64 of those")
     return v

@@ -12,7 +12,7 @@ import importlib
 import numpy as np
 
 TARGET_NAMES = ("cpu", "nvidia", "rocm")
-_targets: dict[str, "Target"] = {}
+_targets: dict[str, Target] = {}
 # type(array) -> (target name, adopt function); filled as array types are first seen,
 # so a warm region construction costs one dict lookup to find its target.
 _by_type: dict[type, tuple[str, object]] = {}

@@ -157,7 +157,7 @@ class RocmArray:
         self.allocation, self._anchor, self._meta = allocation, anchor, meta
 
     @classmethod
-    def empty(cls, shape, dtype, order: str = "C") -> "RocmArray":
+    def empty(cls, shape, dtype, order: str = "C") -> RocmArray:
         dtype = np.dtype(dtype)
         shape = tuple(int(s) for s in shape)
         layout = np.empty(shape, dtype=np.uint8, order=order)  # strides in elements of one byte...
@@ -185,12 +185,12 @@ class RocmArray:
         return self.allocation.ptr + self.offset
 
     @property
-    def data(self) -> "DevicePointer":
+    def data(self) -> DevicePointer:
         """CuPy's spelling of the address (``a.data.ptr``), so launch planning shared with the nvidia
         target (alignment checks) reads a RocmArray as it reads a CuPy array."""
         return DevicePointer(self.ptr)
 
-    def __getitem__(self, index) -> "RocmArray":
+    def __getitem__(self, index) -> RocmArray:
         view = self._meta[index]
         if not isinstance(view, np.ndarray):
             raise IndexError("RocmArray: index with slices (a view); an element read needs to_host()")

@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -21,7 +20,7 @@ from arbiter.candidates.cpu.numpy_softmax import NumpySoftmax
 from arbiter.regions import Softmax
 from arbiter.store import SolutionRecord
 from arbiter.store.sql import SqlStore
-from arbiter.store.transfer import export_registry, write_export
+from arbiter.store.transfer import export_registry
 from tests.store._workers import ENV, key
 
 HERE = os.path.dirname(os.path.abspath(__file__))

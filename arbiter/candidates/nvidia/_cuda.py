@@ -9,7 +9,7 @@ exactly what ran.
 from __future__ import annotations
 
 import hashlib
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import ClassVar
 
@@ -34,7 +34,7 @@ def cupy():
     return cupy_module()
 
 
-@lru_cache(maxsize=None)
+@cache
 def template(name: str) -> str:
     """The text of a kernel template file beside this module."""
     return (TEMPLATE_DIR / name).read_text()
