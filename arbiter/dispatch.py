@@ -209,7 +209,8 @@ class Bound:
             got = _signature(array)
             if got != sig:
                 raise RegionError(name, _differs(got, sig))
-            if got[0].__module__.startswith("torch"):  # its native view (and, for a torch caller, the tensor itself) for this call
+            # a torch tensor: its native view (and, for a torch caller, the tensor itself) for this call
+            if got[0].__module__.startswith("torch"):
                 setattr(region, name, region._adopt(name, array, region.target)[1])
             else:
                 setattr(region, name, array)

@@ -630,7 +630,7 @@ class Attention(Region):
 
     op = "attention"
     DIMS = ("batch", "heads", "q", "k", "d")
-    bucket_policy = {"d": EXACT}
+    bucket_policy: ClassVar[dict] = {"d": EXACT}
     __slots__ = ("q", "k", "v", "causal", "scale")
 
     def __init__(self, q, k, v, causal: bool = False, scale: float | None = None, *, out=None):
@@ -702,7 +702,7 @@ class FFT(Region):
 
     op = "fft"
     DIMS = ("batch", "n")
-    bucket_policy = {"n": EXACT}
+    bucket_policy: ClassVar[dict] = {"n": EXACT}
     dtypes = ("float32", "float64", "complex64", "complex128")
     KINDS = ("c2c", "r2c")
     __slots__ = ("x", "kind", "inverse", "n", "_out_dtype")

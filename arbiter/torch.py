@@ -30,7 +30,7 @@ through the arbiter when the compiled code runs.
   backward pass is the vector-Jacobian product of the op's reference formulation in torch
   (``REFERENCE`` below, the same definitions as the float64 oracles), recomputed from the saved inputs.
   So training works and stays correct, but the backward pass is torch's, not a measured candidate.
-"""
+"""  # noqa: E501 (the table of ops is wider than 120 columns)
 from __future__ import annotations
 
 import math

@@ -350,9 +350,12 @@ class Tally:
         if not bool(finite_ref.all()):
             y, ref = y[finite_ref], ref[finite_ref]
             flat_index = xp.argwhere(finite_ref)
-            origin_of = (lambda i, fi=flat_index: where(tuple(int(v) for v in fi[i])))
+
+            def origin_of(i, at=flat_index):  # the finite elements' own indices
+                return where(tuple(int(v) for v in at[i]))
         else:
-            origin_of = (lambda i, s=ref.shape: where(tuple(int(v) for v in np.unravel_index(i, s))))
+            def origin_of(i, at=ref.shape):  # the flat index in the output's shape
+                return where(tuple(int(v) for v in np.unravel_index(i, at)))
         if ref.size == 0:
             return ""
         # Half the spacing of the output format's subnormals is the least error any kernel storing the exact

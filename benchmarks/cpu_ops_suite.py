@@ -78,7 +78,9 @@ def main(argv=None):
         "Timing: `arbiter.timing.measure`, mode `device` (`perf_counter_ns` around the call), warm-up until "
         "two calls agree within 2x (numba compilation stays out), median with the relative p20-p80 spread, "
         "inputs rotated when they fit in cache; a solution over 1.5x the best after 3 repetitions is "
-        "screened. Every solution passed the F4 gate at the shape before it was timed. \"separated\": the winner beats the runner-up (often another parameter set of the same candidate, not the vendor) by more than twice the larger relative spread.",
+        "screened. Every solution passed the F4 gate at the shape before it was timed. \"separated\": the winner "
+        "beats the runner-up (often another parameter set of the same candidate, not the vendor) by more than twice "
+        "the larger relative spread.",
         "",
     ]
     compile_lines = []

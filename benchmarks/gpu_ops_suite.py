@@ -5,9 +5,10 @@ every applicable NVIDIA solution is timed side by side in one run with ``arbiter
 (device mode: CuPy events, L2 flushed, median with p20/p80), then gated fastest first until one passes;
 the fastest passing solution displaces the ``cupy_*`` reference only when its margin beats twice
 the spread; the tier default on a fresh key (tier order, first to pass) is reported beside it with its
-regret (its time over the fastest gated solution's). Peers: torch eager as its users call it (attention: ``F.scaled_dot_product_attention``;
-fft: ``torch.fft``; gated: ``F.silu(x @ wg) * (x @ wu)``; pointwise: one torch op per step) and, for
-layernorm and pointwise, a device-to-device copy of x (the bytes a one-pass kernel must move at least).
+regret (its time over the fastest gated solution's). Peers: torch eager as its users call it (attention:
+``F.scaled_dot_product_attention``; fft: ``torch.fft``; gated: ``F.silu(x @ wg) * (x @ wu)``; pointwise: one
+torch op per step) and, for layernorm and pointwise, a device-to-device copy of x (the bytes a one-pass kernel
+must move at least).
 
 Usage: python benchmarks/gpu_ops_suite.py [--out DIR] [--only OP] [--quick]; without a GPU it says "skipped"
 and exits 0.
@@ -40,7 +41,8 @@ def _attn(b, h, q, k, d, dtype, causal):
 def problems(only: str | None, quick: bool) -> list[Problem]:
     out = {
         "layernorm": [rows("layernorm", 4096, 1024, d) for d in ("float32", "float16")]
-        + [rows("layernorm", 16384, 4096, d) for d in ("float32", "float16")] + [rows("layernorm", 4096, 768, "bfloat16")],
+        + [rows("layernorm", 16384, 4096, d) for d in ("float32", "float16")]
+        + [rows("layernorm", 4096, 768, "bfloat16")],
         "attention": [_attn(2, 8, 1024, 1024, 64, "float16", c) for c in ("0", "1")]
         + [_attn(2, 8, 512, 2048, 64, "float32", "0"), _attn(1, 16, 1, 4096, 128, "float16", "0"),
            _attn(1, 8, 2048, 2048, 128, "bfloat16", "1")],
@@ -206,7 +208,8 @@ def summary(results: list[dict]) -> str:
         rs = [r for r in results if r["op"] == op and r["selected"] and "torch_eager" in r["peers"]]
         if rs:
             lines.append(f"{op}: geomean selection vs torch eager "
-                         f"{geo([r['peers']['torch_eager']['median_us'] / r['selected']['median_us'] for r in rs]):.3f}x "
+                         f"{geo([r['peers']['torch_eager']['median_us'] / r['selected']['median_us'] for r in rs]):.3f}"
+                         f"x "
                          f"over {len(rs)} problems")
     return "\n".join(lines)
 

@@ -226,7 +226,8 @@ def table(results: list[dict]) -> str:
         pct = f"{100 * copy['median_us'] / s['median_us']:.0f}%" if copy and s else "-"
         lat = r["latency"]
         lines.append(f"| {r['problem']} | {s['solution'] if s else 'NONE'} | "
-                     f"{s['median_us']:.1f} | {v['median_us'] if v else float('nan'):.1f} | {t['median_us'] if t else float('nan'):.1f} | "
+                     f"{s['median_us']:.1f} | {v['median_us'] if v else float('nan'):.1f} | "
+                     f"{t['median_us'] if t else float('nan'):.1f} | "
                      f"{speedup(v, s)} | {speedup(t, s)} | {speedup(lat.get('vendor'), lat.get('selected'))} | "
                      f"{speedup(lat.get('torch_eager'), lat.get('selected'))} | {pct} | "
                      f"{r['default']['solution'] if r.get('default') else '-'} | {regret_text(r)} |")

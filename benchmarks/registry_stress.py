@@ -95,7 +95,7 @@ def worker(db: str, seconds: float, flush_every: float) -> None:
             except Exception as exc:
                 errors.append(f"flush: {type(exc).__name__}: {exc}")
             next_flush = time.monotonic() + flush_every
-    for attempt in range(10):  # the counts of a failed flush are still pending: try again
+    for _attempt in range(10):  # the counts of a failed flush are still pending: try again
         t = time.perf_counter()
         try:
             arbiter.flush()
@@ -164,7 +164,7 @@ def _pct(xs: list[float], q: float) -> float:
     if not xs:
         return float("nan")
     xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
+    return xs[min(len(xs) - 1, round(q * (len(xs) - 1)))]
 
 
 def _counted(db: str) -> int:

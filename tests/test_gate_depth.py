@@ -403,7 +403,7 @@ def test_cli_tune_allow_looser_tunes_the_consenting_key(tmp_path):
         import arbiter
         from wrong_candidates import Bf16Matmul
         arbiter.register(Bf16Matmul())
-    ''' % str(__import__("pathlib").Path(__file__).parent)))
+    ''' % str(__import__("pathlib").Path(__file__).parent)))  # noqa: UP031 (the template is Python code)
     env = {**__import__("os").environ, "ARBITER_PLUGINS": "looser_plugin",
            "PYTHONPATH": f"{tmp_path}:{__import__('os').environ.get('PYTHONPATH', '')}"}
     db = ["--db", str(tmp_path / "r.db")]

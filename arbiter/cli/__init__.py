@@ -101,7 +101,8 @@ def _with_global_options(command):
 
 # rich_markup_mode=None: help texts are printed as written (an attribute like chain=mul[t]>relu keeps its
 # brackets; Rich markup would eat them).
-app = _App(cls=_Group, add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
+app = _App(cls=_Group, add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+           rich_markup_mode=None,
            help="kernel-arbiter: verify, measure and dispatch kernel candidates per problem key.")
 
 
@@ -117,10 +118,10 @@ def friendly(command):
             return command(*args, **kwargs)
         except RegistryError as exc:
             error(exc)
-            raise typer.Exit(1)
+            raise typer.Exit(1) from None
         except (ArbiterError, ValueError, KeyError) as exc:
             error(exc)
-            raise typer.Exit(2)
+            raise typer.Exit(2) from None
 
     return wrapper
 

@@ -27,7 +27,7 @@ def _registry_errors():
         yield
     except RegistryError as exc:
         error(exc)
-        raise typer.Exit(1)
+        raise typer.Exit(1) from None
 
 
 def _where() -> str:
@@ -79,7 +79,7 @@ def _stale_envs(sql) -> list[dict]:
 
     found = []
     for e in sql.environments():
-        now, why = current_environment(e["target"])
+        now, _ = current_environment(e["target"])
         if now is None or now.fingerprint == e["fingerprint"] or not any(e["rows"].values()):
             continue  # unknown here, current, or already pruned (the row itself stays: it names the change)
         old = EnvironmentKey(e["target"], tuple(sorted(e["fields"].items())), e["fingerprint"])
@@ -347,7 +347,7 @@ def doctor(repair: bool = typer.Option(False, "--repair", help="Move a corrupt r
         problems = sql.integrity_check()
     except (UnwritableRegistry, NewerSchemaError) as exc:  # not ours to move: another user's, or a newer release's
         out.print(Text.assemble(("problem:", "red"), " ", lit(exc)), highlight=False, soft_wrap=True)
-        raise typer.Exit(1)
+        raise typer.Exit(1) from None
     except RegistryError as exc:
         problems = [str(exc)]
     if problems:

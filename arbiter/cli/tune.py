@@ -239,7 +239,7 @@ def tune(
             cand_task = progress.add_task(f"  {problem.label}", total=n)
             try:
                 decision = tune_region(region, st, mode=mode, runner=runner,
-                                       progress=lambda row, m: progress.advance(cand_task))
+                                       progress=lambda row, m, task=cand_task: progress.advance(task))
             except NoCandidateError as exc:
                 steps.say(f"key {i}/{len(todo)} {problem.label}: no solution passed the gate")
                 console.print(lit(exc, "red"))
@@ -429,7 +429,8 @@ def explain(
     allow_looser: bool = typer.Option(False, "--allow-looser", help="Explain the key that consents to candidates "
                                       "declaring accuracy looser than the op's budget (accuracy=looser)."),
 ):
-    """For one key: every solution with its exclusion reason, verdict and error, stored timings, and why the winner won."""
+    """For one key: every solution with its exclusion reason, verdict and error, stored timings, and why the winner
+    won."""
     console = make_console()
     if allow_looser:
         dispatch.configure(looser_accuracy=True)
@@ -441,7 +442,7 @@ def explain(
         decision = select.decide(region, st, gate_all=True, all_params=True)
     except NoCandidateError as exc:
         console.print(lit(exc, "red"))
-        raise typer.Exit(1)
+        raise typer.Exit(1) from None
     stored = st.load_solution(region.key.id, decision.env.fingerprint)
     rows = explain_rows(decision, st)
     if stored is not None:

@@ -594,10 +594,10 @@ def _write_batch(conn, batch, report, overwrite) -> None:
             elif not found.fields and row.fields:  # checked: these fields digest to this fingerprint
                 conn.execute(update(Environment).where(Environment.fingerprint == row.fingerprint)
                              .values(fields=row.fields))
-        elif section == "candidates":
-            if conn.execute(select(CandidateRow.identity).where(CandidateRow.identity == row.identity)).first() is None:
-                conn.execute(insert(CandidateRow).values(**row.model_dump()))
-                report["added"]["candidates"] += 1
+        elif section == "candidates" and conn.execute(
+                select(CandidateRow.identity).where(CandidateRow.identity == row.identity)).first() is None:
+            conn.execute(insert(CandidateRow).values(**row.model_dump()))
+            report["added"]["candidates"] += 1
     if keys:
         known = set(conn.execute(select(ProblemKeyRow.id).where(ProblemKeyRow.id.in_(keys))).scalars())
         parsed = [(k, ProblemKey.parse(k)) for k in keys if k not in known]

@@ -166,8 +166,8 @@ def _big_export(path, solutions: int) -> None:
     with open(path, "w") as f:
         f.write(json.dumps({"format": "kernel-arbiter-registry", "schema_version": SCHEMA_VERSION,
                             "exported": "2026-01-01T00:00:00Z"})[:-1])
-        f.write(', "environments": [{"fingerprint": "%s", "target": "lab", "fields": {}}]' % ENV)
-        f.write(', "candidates": [{"identity": "%s", "name": "lab_kernel", "target": "lab", "op": "matmul", '
+        f.write(', "environments": [{"fingerprint": "%s", "target": "lab", "fields": {}}]' % ENV)  # noqa: UP031 (JSON braces)
+        f.write(', "candidates": [{"identity": "%s", "name": "lab_kernel", "target": "lab", "op": "matmul", '  # noqa: UP031 (JSON braces)
                 '"tier": "EMITTED", "contract": null}]' % ident)
         for section in ("verdicts", "measurements", "solutions"):
             f.write(f', "{section}": [\n')

@@ -7,6 +7,7 @@ import math
 import sqlite3
 import threading
 import warnings
+from pathlib import Path
 
 import pytest
 
@@ -213,7 +214,7 @@ def test_layering_reads_user_first_then_system_and_writes_only_to_user(backend, 
     sys_store.save_solution(SolutionRecord(key(1), "lab_kernel", "lab_kernel@1", {"tile": 8}, "measured", ENV))
     sys_store.save_solution(SolutionRecord(key(2), "lab_kernel", "lab_kernel@1", {"tile": 8}, "measured", ENV))
     sys_store.close()
-    before = open(system_db, "rb").read()
+    before = Path(system_db).read_bytes()
     user_db = backend.new()
     monkeypatch.setenv("ARBITER_DB", user_db)
     monkeypatch.setenv("ARBITER_SYSTEM_DB", system_db)
@@ -227,4 +228,4 @@ def test_layering_reads_user_first_then_system_and_writes_only_to_user(backend, 
         st.system.save_solution(SolutionRecord(key(3), "lab_kernel", "x", {}, "tier", ENV))
     assert sqlite3.connect(system_db).execute("select count(*) from solutions").fetchone() == (2,)
     assert backend.query(user_db, "select count(*) from solutions") == [(1,)]
-    assert open(system_db, "rb").read() == before
+    assert Path(system_db).read_bytes() == before

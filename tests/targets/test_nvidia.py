@@ -90,7 +90,7 @@ def test_torch_cuda_tensors_are_adopted_zero_copy_and_results_come_back_as_torch
 
     a = torch.randn(33, 17, device="cuda")
     b = torch.randn(17, 9, device="cuda")
-    name, native, back = targets.adopt(a)
+    name, native, _ = targets.adopt(a)
     assert name == "nvidia" and native is a  # kept as it is: CuPy views only when a CuPy kernel runs
     from arbiter.targets.nvidia import cupy_view
 

@@ -27,7 +27,8 @@ def tiled_kernel(dtype: str, tile: tuple, epilogue: str, split_k: bool = False, 
     """The compiled ``gemm_tiled`` for a tile (BM, BN, BK, TM, TN) with an epilogue function's source,
     loaded by ``load_kernel`` (NVRTC by default)."""
     bm, bn, bk, tm, tn = tile
-    defines = (("BM", bm), ("BN", bn), ("BK", bk), ("TM", tm), ("TN", tn)) + ((("SPLIT_K", 1),) if split_k else ()) + extra
+    defines = (("BM", bm), ("BN", bn), ("BK", bk), ("TM", tm), ("TN", tn)) + ((("SPLIT_K", 1),) if split_k else ()) \
+        + extra
     return load_kernel("gemm_tiled", dtype, ("gemm_tiled.cu",), defines, epilogue)
 
 
