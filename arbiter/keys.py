@@ -17,6 +17,7 @@ object with ``bound(n)`` and ``edges(bound)``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 
 class Pow2:
@@ -102,7 +103,7 @@ class ProblemKey:
         return ProblemKey.make(self.target, self.op, self.dtype, self.layout, self.attrs, bucket)
 
 
-def bucket_of(dims: dict[str, int], policies: dict[str, object]) -> tuple[tuple[str, int], ...]:
+def bucket_of(dims: dict[str, int], policies: dict) -> tuple[tuple[str, int], ...]:
     return tuple((name, policies.get(name, POW2).bound(n)) for name, n in dims.items())
 
 
@@ -116,7 +117,7 @@ def edge_shapes(bucket, policies) -> list[dict[str, int]]:
 
 def layout_class(array) -> str:
     """'R' C-contiguous, 'C' column-major (Fortran-contiguous 2-D), 'S' any other strides."""
-    flags = getattr(array, "flags", None)
+    flags: Any = getattr(array, "flags", None)  # NumPy's and CuPy's flags; None on a torch tensor
     if flags is None and hasattr(array, "is_contiguous"):  # a torch tensor: the same classes by its strides
         if array.is_contiguous():
             return "R"

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import os
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -63,6 +63,17 @@ class Region:
     # CUDA tensor), so torch candidates run on them directly and outputs come from torch's caching allocator;
     # torch_out: (native view, torch tensor) of the output allocated last for such a caller.
     __slots__ = ("target", "dtype", "key", "out", "back", "dims", "attrs", "layout", "torch_in", "torch_out")
+    # The slots' types (declared for the type checker; __slots__ makes the storage).
+    target: str
+    dtype: str
+    key: ProblemKey
+    out: Any  # the target's array, or None until allocated
+    back: Any  # converts a result to the caller's array type; None when the caller's is the target's own
+    dims: dict[str, int]
+    attrs: tuple[tuple[str, str], ...]  # (name, value) pairs, as the key spells them
+    layout: str
+    torch_in: dict[str, Any] | None
+    torch_out: tuple[Any, Any] | None
 
     # -- construction helpers -------------------------------------------------
     def _adopt(self, argument: str, array, target: str | None = None):
@@ -151,7 +162,7 @@ class Region:
         raise NotImplementedError
 
     @classmethod
-    def random(cls, target: str, dtype: str, dims: dict, attrs: dict | None = None, layout: str | None = None,
+    def random(cls, target: str, dtype: str, dims: dict, attrs: dict | None = None, layout: str = "",
                rng: np.random.Generator | None = None) -> Region:
         """A random instance (seeded, never zeros) described by target, dtype, dims, attrs and layout."""
         raise NotImplementedError
@@ -227,13 +238,15 @@ class Region:
         from arbiter.targets.nvidia import cupy_view
 
         clone = self.with_out(self.out)
-        views = {name: cupy_view(t) for name, t in self.torch_in.items()}
+        views = {name: cupy_view(t) for name, t in self.torch_in.items()}  # type: ignore[union-attr]  # a torch caller's region: torch_in is set
         for name, view in views.items():
             if name.startswith("ops["):
                 continue
             object.__setattr__(clone, "out" if name == "out" else name, view)
         if any(name.startswith("ops[") for name in views):  # Pointwise: operands inside the chain
-            clone.ops = tuple((step, views.get(f"ops[{i}]", operand)) for i, (step, operand) in enumerate(self.ops))
+            # only a Pointwise has ops, and only its views are named ops[i]
+            clone.ops = tuple((step, views.get(f"ops[{i}]", operand))  # type: ignore[attr-defined]
+                              for i, (step, operand) in enumerate(self.ops))  # type: ignore[attr-defined]
         return clone
 
     def poisoned_out(self):
@@ -327,7 +340,8 @@ def _device_draw(target: str, shape, dtype: str, scale: float, rng):
     u = gen.random(shape, dtype=kind)
     u *= 2 * _SQRT3 * scale
     u -= _SQRT3 * scale
-    return u if dtype in ("float32", "float64") else u.astype(targets.get(target).np_dtype(dtype))
+    # only the nvidia target draws here, and it names its numpy dtypes (bfloat16 through ml_dtypes)
+    return u if dtype in ("float32", "float64") else u.astype(targets.get(target).np_dtype(dtype))  # type: ignore[attr-defined]
 
 
 # Above this many elements, operands are drawn uniform on [-sqrt(3), sqrt(3)) (mean 0, variance 1, as the
@@ -378,6 +392,11 @@ class Matmul(Region):
     op = "matmul"
     DIMS = ("m", "n", "k")
     __slots__ = ("a", "b", "bias", "activation", "residual")
+    a: Any
+    b: Any
+    bias: Any
+    activation: str
+    residual: Any
 
     def __init__(self, a, b, bias=None, activation: str = "none", residual=None, *, out=None):
         self.target, self.a, self.back = self._adopt("a", a)
@@ -460,6 +479,8 @@ class _RowRegion(Region):
 
     DIMS = ("rows", "cols")
     __slots__ = ("x", "axis")
+    x: Any
+    axis: int
 
     def _rows(self, x, axis: int):
         self.target, self.x, self.back = self._adopt("x", x)
@@ -525,6 +546,8 @@ class RMSNorm(_RowRegion):
 
     op = "rmsnorm"
     __slots__ = ("weight", "eps")
+    weight: Any
+    eps: float
 
     def __init__(self, x, weight, eps: float = 1e-6, *, out=None):
         rows, cols = self._rows(x, -1)
@@ -579,6 +602,9 @@ class LayerNorm(_RowRegion):
 
     op = "layernorm"
     __slots__ = ("weight", "bias", "eps")
+    weight: Any
+    bias: Any
+    eps: float
 
     def __init__(self, x, weight, bias=None, eps: float = 1e-5, *, out=None):
         rows, cols = self._rows(x, -1)
@@ -632,6 +658,11 @@ class Attention(Region):
     DIMS = ("batch", "heads", "q", "k", "d")
     bucket_policy: ClassVar[dict] = {"d": EXACT}
     __slots__ = ("q", "k", "v", "causal", "scale")
+    q: Any
+    k: Any
+    v: Any
+    causal: bool
+    scale: float
 
     def __init__(self, q, k, v, causal: bool = False, scale: float | None = None, *, out=None):
         self.target, self.q, self.back = self._adopt("q", q)
@@ -706,6 +737,11 @@ class FFT(Region):
     dtypes = ("float32", "float64", "complex64", "complex128")
     KINDS = ("c2c", "r2c")
     __slots__ = ("x", "kind", "inverse", "n", "_out_dtype")
+    x: Any
+    kind: str
+    inverse: bool
+    n: int
+    _out_dtype: str
 
     def __init__(self, x, kind: str = "c2c", inverse: bool = False, n: int | None = None, *, out=None):
         self.target, self.x, self.back = self._adopt("x", x)
@@ -807,6 +843,9 @@ class Gated(Region):
     op = "gated"
     DIMS = ("m", "n", "k")
     __slots__ = ("x", "w_gate", "w_up")
+    x: Any
+    w_gate: Any
+    w_up: Any
 
     def __init__(self, x, w_gate, w_up, *, out=None):
         self.target, self.x, self.back = self._adopt("x", x)
@@ -868,13 +907,17 @@ class Pointwise(Region):
     op = "pointwise"
     DIMS = ("size",)
     __slots__ = ("x", "ops", "chain")
+    x: Any
+    ops: tuple
+    chain: str
 
     def __init__(self, x, ops, *, out=None):
         self.target, self.x, self.back = self._adopt("x", x)
         self.dtype = dtype_name(self.x.dtype)
         if isinstance(ops, (str, bytes)) or not hasattr(ops, "__iter__"):
             raise RegionError("ops", f"must be a sequence of steps like [('add', 1.0), ('relu',)], got {ops!r}")
-        steps, layout = [], layout_class(self.x)
+        steps: list[tuple] = []  # (name, None) for a unary step, (name, operand) for a binary one
+        layout = layout_class(self.x)
         for i, step in enumerate(ops):
             arg = f"ops[{i}]"
             if not isinstance(step, (tuple, list)) or not step or not isinstance(step[0], str):
@@ -945,7 +988,8 @@ class Pointwise(Region):
         size = dims["size"]
         x = random_operand(target, (size,), dtype, layout[0], rng)
         values = list(scalars or [])
-        steps, t = [], 1
+        steps: list[tuple] = []  # (name,) or (name, operand)
+        t = 1
         for text in names:
             name = text.split("[", 1)[0]
             if text.endswith("[t]"):

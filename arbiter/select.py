@@ -9,10 +9,12 @@ by the tuner, or by name when forced. The ``Decision`` it returns is what
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from arbiter import env as envmod
 from arbiter.candidates import REGISTRY, Candidate, params_id
 from arbiter.errors import NoCandidateError
+from arbiter.keys import ProblemKey
 from arbiter.oracles.budgets import budget_for
 from arbiter.verify import Verdict, budget_of, consents_to_looser, verdict_for
 
@@ -37,13 +39,13 @@ class Row:
 
 @dataclass
 class Decision:
-    key: object  # ProblemKey
+    key: ProblemKey
     rows: list[Row]
-    winner: Row | None
+    winner: Row  # a decision always has one: select raises NoCandidateError otherwise
     policy: str  # tier | measured | forced
     note: str = ""
     verified_now: int = 0  # verdicts computed (not cached) while deciding
-    env: object = None
+    env: Any = None  # the EnvironmentKey decided under
     margin: float | None = None
 
     def __str__(self):

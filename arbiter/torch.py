@@ -34,6 +34,8 @@ through the arbiter when the compiled code runs.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -107,7 +109,8 @@ _BINARY = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "max": torch.ma
 
 def _steps(chain: str, tensors, scalars) -> list[tuple]:
     """``mul[t]>add[s]>relu`` with its operands in order -> the region's steps ``[("mul", t0), ...]``."""
-    steps, t, s = [], iter(tensors), iter(scalars)
+    steps: list[tuple] = []  # (name,) or (name, operand)
+    t, s = iter(tensors), iter(scalars)
     for part in filter(None, chain.split(">")):
         name, _, kind = part.partition("[")
         if kind == "t]":
@@ -138,8 +141,9 @@ def ref_pointwise(x, chain, tensors, scalars):
     return v
 
 
-REFERENCE = {"matmul": ref_matmul, "softmax": ref_softmax, "rmsnorm": ref_rmsnorm, "layernorm": ref_layernorm,
-             "attention": ref_attention, "gated": ref_gated, "fft": ref_fft, "pointwise": ref_pointwise}
+REFERENCE: dict[str, Callable] = {
+    "matmul": ref_matmul, "softmax": ref_softmax, "rmsnorm": ref_rmsnorm, "layernorm": ref_layernorm,
+    "attention": ref_attention, "gated": ref_gated, "fft": ref_fft, "pointwise": ref_pointwise}
 
 
 # -- dispatch through the arbiter -----------------------------------------------------------------------
@@ -162,7 +166,7 @@ def _takes_bfloat16(device_type: str) -> bool:
     CuPy >= 14 with ml_dtypes has)."""
     found = _native_bf16.get(device_type)
     if found is None:
-        found = device_type == "cuda" and targets.get("nvidia").bfloat16() is not None
+        found = device_type == "cuda" and targets.get("nvidia").bfloat16() is not None  # type: ignore[attr-defined]  # the nvidia target's
         _native_bf16[device_type] = found
     return found
 
@@ -188,7 +192,8 @@ def _register(op: str, fn, fake):
     reference = REFERENCE[op]
 
     def setup_context(ctx, inputs, output):
-        flat, spec = [], []
+        flat: list = []
+        spec: list[tuple[str, Any]] = []
         for value in inputs:
             if torch.is_tensor(value):
                 spec.append(("t", len(flat)))

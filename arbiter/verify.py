@@ -54,6 +54,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -64,6 +65,9 @@ from arbiter.ops import op_kind
 from arbiter.oracles import array_module
 from arbiter.oracles.budgets import Budget, budget_for
 from arbiter.store import VerdictKey
+
+if TYPE_CHECKING:
+    from arbiter.regions import Region
 
 # Beyond the two real-shape probes, the other probes together cost at most this multiple of the real
 # shape's work ("work units": m*n*k for matmul, rows*cols for row ops), or EXTRA_WORK_FLOOR units,
@@ -113,7 +117,7 @@ def budget_of(candidate: Candidate, op: str, dtype: str) -> tuple[Budget, bool]:
     default = budget_for(op, dtype)
     c = candidate.contract
     if c is not None and c.accuracy == "bounded":
-        declared = Budget(c.rel_fro, c.atol, c.rtol)
+        declared = Budget(c.rel_fro, c.atol, c.rtol)  # type: ignore[arg-type]  # a bounded Contract sets all three
         return declared, declared.looser_than(default)
     return default, False
 
@@ -188,7 +192,7 @@ def probe_shapes(region) -> list[dict]:
     return shapes
 
 
-def _draw(region, probe: Probe, rng) -> object:
+def _draw(region, probe: Probe, rng) -> Region:
     args = probes.varied_scalars(region, rng) if probe.vary_scalars else region.runtime_args()
     fresh = region.random(region.target, region.dtype, dict(probe.dims), dict(region.attrs), region.layout, rng,
                           **args)
@@ -312,7 +316,8 @@ class Tally:
     def __init__(self):
         self.diff2 = self.ref2 = 0.0
         self.count = 0
-        self.worst = (-math.inf, None, None, None, None)  # (|d| - rtol|ref|, index, y, ref, |d|)
+        # (|d| - rtol|ref|, index, y, ref, |d|) of the worst element so far
+        self.worst: tuple[float, Any, Any, Any, Any] = (-math.inf, None, None, None, None)
         self.reason = ""
 
     def add(self, y, ref, budget: Budget, origin=None, shape=None) -> str:
@@ -497,7 +502,7 @@ def _products_sampled(region, y, budget, rng) -> tuple[str, float, float]:
     a_rows = left[ridx].astype(np.float64)
     z_rows = [xp.zeros((len(rows), n)) for _ in rights]
     w_cols = [w[:, cidx].astype(np.float64) for w in rights]
-    bx = xp.empty((k, FREIVALDS_VECTORS)) if linear else None
+    bx: Any = xp.empty((k, FREIVALDS_VECTORS)) if linear else None
     # Float64 chunks go through one reused buffer: a fresh multi-MiB array per chunk costs page faults.
     step = _row_step(max(k, n))
     buf = xp.empty((step, max(k, n)))
@@ -515,8 +520,8 @@ def _products_sampled(region, y, budget, rng) -> tuple[str, float, float]:
             if linear:
                 bx[k0:k0 + chunk.shape[0]] = chunk @ X
     z_cols = [xp.empty((m, len(cols))) for _ in rights]
-    ref_x = xp.empty((m, FREIVALDS_VECTORS)) if linear else None
-    y_x = xp.empty((m, FREIVALDS_VECTORS)) if linear else None
+    ref_x: Any = xp.empty((m, FREIVALDS_VECTORS)) if linear else None
+    y_x: Any = xp.empty((m, FREIVALDS_VECTORS)) if linear else None
     for i0 in range(0, m, step):  # one pass over the left operand (and y)
         chunk = as64(left[i0:i0 + step])
         for zc, wc in zip(z_cols, w_cols):
@@ -621,8 +626,8 @@ def check_output(region, y, budget: Budget, rng, full: bool = False) -> tuple[st
 
 
 def _gate_rng() -> tuple[np.random.Generator, int]:
-    seed = os.environ.get("ARBITER_GATE_SEED")
-    seed = int(seed) if seed else int.from_bytes(os.urandom(8), "little") >> 1
+    given = os.environ.get("ARBITER_GATE_SEED")
+    seed = int(given) if given else int.from_bytes(os.urandom(8), "little") >> 1
     return np.random.default_rng(seed), seed
 
 
@@ -636,7 +641,8 @@ def verify(candidate: Candidate, params: dict, region) -> Verdict:
     """Run the F4 gate for one solution (candidate + params) at ``region``'s key."""
     start = time.perf_counter()
     budget, looser = budget_of(candidate, region.op, region.dtype)
-    worst_rel, worst_excess, probed = 0.0, 0.0, []
+    worst_rel, worst_excess = 0.0, 0.0
+    probed: list[str] = []
 
     def verdict(reason=""):
         return Verdict(not reason, reason, worst_rel if probed else math.nan, worst_excess, tuple(probed),
@@ -714,8 +720,8 @@ def gate_version() -> str:
         names = list(_GATE_MODULES) + sorted({k.oracle.__module__ for k in __import__("arbiter.ops").ops.OPS.values()})
         for name in names:
             module = sys.modules.get(name)
-            try:
-                h.update(inspect.getsource(module).encode())
+            try:  # a module not imported (None): getsource raises TypeError, and its name stands in
+                h.update(inspect.getsource(module).encode())  # type: ignore[arg-type]
             except (OSError, TypeError):
                 h.update(name.encode())
         _gate_version = h.hexdigest()[:12]

@@ -25,7 +25,6 @@ import threading
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import ClassVar
 
 ENTRY_POINT_GROUP = "kernel_arbiter.candidates"
 
@@ -118,12 +117,12 @@ class Candidate:
       so verdicts are taken again.
     """
 
-    name: ClassVar[str] = ""
-    target: ClassVar[str] = ""
-    op: ClassVar[str] = ""
-    tier: ClassVar[Tier] = Tier.HAND_TUNED
-    priority: ClassVar[int] = 0  # order within a tier: higher first
-    contract: ClassVar[Contract | None] = None
+    name: str = ""
+    target: str = ""
+    op: str = ""
+    tier: Tier = Tier.HAND_TUNED
+    priority: int = 0  # order within a tier: higher first
+    contract: Contract | None = None
 
     def available(self) -> bool | str:
         return True
@@ -324,8 +323,9 @@ def _referenced_text(value, seen: set, depth: int) -> str:
     if inspect.ismodule(value):
         path = getattr(value, "__file__", None)
         if _is_project_file(path):
+            key: tuple
             try:  # keyed by the file's state: an edited (and reloaded) module is read again
-                st = os.stat(path)
+                st = os.stat(path)  # type: ignore[arg-type]  # a project file has a path
                 key = ("module", value.__name__, path, st.st_mtime_ns, st.st_size)
             except OSError:
                 key = ("module", value.__name__, path)
@@ -349,8 +349,8 @@ def _referenced_text(value, seen: set, depth: int) -> str:
         except (OSError, TypeError):
             return target.__qualname__
     if callable(value) and not hasattr(value, "dtype"):
-        module = getattr(value, "__module__", None) or type(value).__module__
-        return _package_version(module) if module else repr(type(value))
+        owner = getattr(value, "__module__", None) or type(value).__module__
+        return _package_version(owner) if owner else repr(type(value))
     return _value_text(value)
 
 

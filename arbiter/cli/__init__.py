@@ -33,7 +33,8 @@ def _wrap(text: str, width: int, indent: str = "") -> str:
 
 
 # Typer carries its own copy of click: subclass the classes it uses, not the click package's.
-class _HelpFormatter(TyperCommand.context_class.formatter_class):
+# (their types are typer's click's, which mypy cannot follow through these class attributes)
+class _HelpFormatter(TyperCommand.context_class.formatter_class):  # type: ignore[name-defined]
     """``--help`` as click prints it, never breaking a word."""
 
     def write_text(self, text: str) -> None:
@@ -57,7 +58,7 @@ class _HelpFormatter(TyperCommand.context_class.formatter_class):
                 self.write(f"{'':>{first_col + self.current_indent}}{line}\n")
 
 
-class _Context(TyperCommand.context_class):
+class _Context(TyperCommand.context_class):  # type: ignore[misc,valid-type]  # see _HelpFormatter
     formatter_class = _HelpFormatter
 
 
@@ -94,7 +95,8 @@ def _with_global_options(command):
     sig = inspect.signature(command, eval_str=True)
     option = inspect.Parameter("db", inspect.Parameter.KEYWORD_ONLY, annotation=str | None,
                                default=typer.Option(None, "--db", help=DB_HELP))
-    wrapper.__signature__ = sig.replace(parameters=[*sig.parameters.values(), option])
+    # typer builds the command from this signature: the --db option joins the command's own
+    wrapper.__signature__ = sig.replace(parameters=[*sig.parameters.values(), option])  # type: ignore[attr-defined]
     wrapper.__annotations__ = {**typing.get_type_hints(command), "db": str | None}
     return wrapper
 

@@ -116,8 +116,9 @@ class Literal(Text):
             parts = line.divide(_divide(line.plain, max(1, width)))
             for part in parts:
                 part.rstrip()
-            if justify or self.justify:
-                parts.justify(console, width, justify=justify or self.justify, overflow="fold")
+            how = justify or self.justify
+            if how:
+                parts.justify(console, width, justify=how, overflow="fold")
             lines.extend(parts)
         return lines
 

@@ -10,6 +10,7 @@ import json
 import os
 import time
 from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.table import Table
@@ -19,6 +20,9 @@ from arbiter.candidates import Tier
 from arbiter.cli import app, console, error, lit
 from arbiter.cli.output import show
 from arbiter.errors import RegistryError
+
+if TYPE_CHECKING:
+    from arbiter.store.sql import SqlStore
 
 
 @contextmanager
@@ -46,15 +50,17 @@ def _shown() -> str:
     return make_url(where).render_as_string(hide_password=True) if is_url(where) else where
 
 
-def _layers() -> list[tuple[str, object]]:
+def _layers() -> list[tuple[str, SqlStore]]:
     """[("user", SqlStore), ("system", SqlStore)] of the default store; [] when it fell back to memory."""
     from arbiter.store import default_store
     from arbiter.store.layered import LayeredStore, ReadOnlyUserStore
     from arbiter.store.sql import SqlStore
 
     st = default_store()
-    layered = isinstance(st, LayeredStore) and not isinstance(st, ReadOnlyUserStore)
-    pairs = [("user", st.user), ("system", st.system)] if layered else [("user", st)]
+    if isinstance(st, LayeredStore) and not isinstance(st, ReadOnlyUserStore):
+        pairs = [("user", st.user), ("system", st.system)]
+    else:
+        pairs = [("user", st)]
     # A user registry this process cannot write is served read-only under an in-memory layer: show that one.
     pairs = [(name, s.system if isinstance(s, ReadOnlyUserStore) else s) for name, s in pairs]
     return [(name, s) for name, s in pairs if isinstance(s, SqlStore)]
@@ -112,7 +118,8 @@ def stats(
         return
     with _registry_errors():
         layers = _layers()
-        rows, stale = [], []
+        rows: list[dict[str, Any]] = []
+        stale = []
         for layer, sql in layers:
             tiers = sql.candidate_tiers()
             counts: dict[tuple, list[int]] = {}
@@ -151,9 +158,9 @@ def stats(
     for r in sorted(rows, key=lambda r: (r["state"] != "current", r["key"])):
         # "never dispatched" only when no process ever called the key: a load or a miss is a dispatch
         never = not any(r[c] for c in counted)
-        hits = lit("0 (never dispatched)", "yellow") if never else str(r["hits"])
+        hits_cell = lit("0 (never dispatched)", "yellow") if never else str(r["hits"])
         state = r["state"] + (f" [{r['layer']}]" if r["layer"] != "user" else "")
-        table.add_row(lit(r["key"]), lit(r["winner"]), r["policy"], r["tier"], hits,
+        table.add_row(lit(r["key"]), lit(r["winner"]), r["policy"], r["tier"], hits_cell,
                       *(str(r[c]) for c in counted[1:]), lit(state, "" if r["state"] == "current" else "red"))
     show(out, table)
     for e in stale:
@@ -242,7 +249,8 @@ def list_cmd(
     from arbiter.candidates import REGISTRY
     from arbiter.targets import TARGET_NAMES
 
-    rows, target_state = [], {}
+    rows: list[dict[str, Any]] = []
+    target_state: dict[str, tuple[bool, str]] = {}
     for name in TARGET_NAMES:
         ok, why = _target_status(name)
         try:
@@ -341,7 +349,8 @@ def doctor(repair: bool = typer.Option(False, "--repair", help="Move a corrupt r
     if path is not None and not os.path.exists(path):
         out.print(f"{path}: no registry yet (created on first use)", highlight=False)
         return
-    problems, sql = [], None
+    problems: list[str] = []
+    sql: SqlStore | None = None
     try:
         sql = SqlStore(where)
         problems = sql.integrity_check()
@@ -367,6 +376,7 @@ def doctor(repair: bool = typer.Option(False, "--repair", help="Move a corrupt r
         dest = _move_aside(path)
         out.print(f"moved {path} aside to {dest}; a fresh registry will be created at {path}", highlight=False)
         return
+    assert sql is not None  # no problems: it opened
     counts = sql.table_counts()
     stale = _stale_envs(sql)
     out.print(f"{sql.where}: ok, schema v{sql.version()}, integrity ok ({sql.checks()}); "

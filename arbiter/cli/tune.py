@@ -208,13 +208,13 @@ def tune(
         return
     if todo and (warning := cpu_threads.busy(target)):
         console.print(lit(f"warning: {warning}", "yellow"), highlight=False)
-    runner = None
+    inner = None
     if isolate:
         from arbiter.isolate import Isolated
 
-        runner = Isolated()
+        inner = Isolated()
     steps = Steps()
-    runner = _Reporting(runner, steps)
+    runner = _Reporting(inner, steps)
     if fleet_store is not None:
         _tune_claimed(console, st, fleet_store, env, target, todo, runner, steps, mode, from_recorded, force,
                       watch, poll_seconds, watch_seconds, lease_seconds, budget_seconds)
@@ -446,8 +446,8 @@ def explain(
     stored = st.load_solution(region.key.id, decision.env.fingerprint)
     rows = explain_rows(decision, st)
     if stored is not None:
-        for row, r in zip(rows, decision.rows):
-            row["winner"] = r.candidate.name == stored.candidate and r.params == stored.params
+        for row, decided in zip(rows, decision.rows):
+            row["winner"] = decided.candidate.name == stored.candidate and decided.params == stored.params
     why = (f"stored solution {solution_label(stored.candidate, stored.params)}: "
            f"{why_chosen(stored.policy, stored.margin, stored.note)}") if stored else \
         f"no stored solution; tier priority would choose {decision.winner.label}"

@@ -61,7 +61,7 @@ def _insert_ignoring_duplicates(conn):
     if conn.dialect.name == "postgresql":
         from sqlalchemy.dialects.postgresql import insert as dialect_insert
     elif conn.dialect.name == "sqlite":
-        from sqlalchemy.dialects.sqlite import insert as dialect_insert
+        from sqlalchemy.dialects.sqlite import insert as dialect_insert  # type: ignore[assignment]  # same API
     else:  # another dialect: the unique constraint still holds; a lost race is retried by SqlStore._run
         return insert(ClaimRow)
     return dialect_insert(ClaimRow).on_conflict_do_nothing(index_elements=["key", "env"])

@@ -33,6 +33,7 @@ import time
 import urllib.parse
 import weakref
 from datetime import timezone
+from typing import Any
 
 from sqlalchemy import UniqueConstraint, create_engine, delete, event, func, insert, select, update
 from sqlalchemy.engine import URL, make_url
@@ -203,11 +204,11 @@ def _engine(url: URL, readonly: bool):
         return create_engine(url, pool_pre_ping=True)
     # --- SQLite branch -------------------------------------------------------
     memory = sqlite_path(url) is None
-    kwargs = {"connect_args": {"check_same_thread": False, "timeout": BUSY_TIMEOUT_MS / 1000}}
+    kwargs: dict[str, Any] = {"connect_args": {"check_same_thread": False, "timeout": BUSY_TIMEOUT_MS / 1000}}
     if memory:
         kwargs["poolclass"] = StaticPool  # one connection, or each thread would see its own empty database
     if readonly and not memory:
-        url = _readonly_sqlite_url(u.database)
+        url = _readonly_sqlite_url(u.database)  # type: ignore[arg-type]  # a file: memory is handled above
     engine = create_engine(url, **kwargs)
 
     @event.listens_for(engine, "connect")
@@ -729,7 +730,7 @@ class SqlStore(Store):
         """Every stored environment: fingerprint, target, fields, and how many rows of each kind use it."""
         def read(conn):
             envs = conn.execute(select(Environment.fingerprint, Environment.target, Environment.fields)).all()
-            counts = {}
+            counts: dict[str, dict[str, int]] = {}
             for name, model in (("solutions", SolutionRow), ("verdicts", VerdictRow),
                                 ("measurements", MeasurementRow), ("counters", CounterRow),
                                 ("recorded", RecordedKey)):
@@ -752,7 +753,7 @@ class SqlStore(Store):
                          write=False)
         return dict(rows)
 
-    def verdicts(self, env: str | None = None) -> list[tuple[VerdictKey, str, object]]:
+    def verdicts(self, env: str | None = None) -> list[tuple[VerdictKey, str, Any]]:  # Any: verify.Verdict
         """Every stored verdict (only ``env``'s when given) as (VerdictKey, candidate name, Verdict); read-only."""
         names = dict(self._run(lambda conn: conn.execute(select(CandidateRow.identity, CandidateRow.name)).all(),
                                write=False))

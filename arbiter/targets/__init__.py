@@ -8,6 +8,7 @@ target; nothing here imports a GPU library until that target is asked for.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 
 import numpy as np
 
@@ -15,7 +16,7 @@ TARGET_NAMES = ("cpu", "nvidia", "rocm")
 _targets: dict[str, Target] = {}
 # type(array) -> (target name, adopt function); filled as array types are first seen,
 # so a warm region construction costs one dict lookup to find its target.
-_by_type: dict[type, tuple[str, object]] = {}
+_by_type: dict[type, tuple[str, Callable]] = {}
 
 
 class Target:

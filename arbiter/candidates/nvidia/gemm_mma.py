@@ -53,7 +53,8 @@ class GemmMma(NvidiaCandidate):
     def applies_to(self, region):
         ok = check_gemm(region, self.dtypes)
         if ok is not True and region.dtype == "float32":
-            return ok + " (tensor cores would mean TF32, over the float32 budget; gemm_tiled serves float32)"
+            # check_gemm gives True or a reason, never False
+            return ok + " (tensor cores would mean TF32, over the float32 budget; gemm_tiled serves float32)"  # type: ignore[operator]
         return ok
 
     def run(self, region, params):

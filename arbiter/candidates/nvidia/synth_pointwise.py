@@ -8,6 +8,7 @@ loads are used when every operand is 16-byte aligned; the solution index is the 
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 
 import numpy as np
 
@@ -26,7 +27,7 @@ class SynthPointwise(NvidiaCandidate):
     templates = ()
 
     def __init__(self):
-        self._kernels: dict[tuple, object] = {}
+        self._kernels: dict[tuple, Callable] = {}
 
     def param_space(self):
         return [{"threads": 256}, {"threads": 512}, {"threads": 128}]
