@@ -429,8 +429,7 @@ def explain(
     allow_looser: bool = typer.Option(False, "--allow-looser", help="Explain the key that consents to candidates "
                                       "declaring accuracy looser than the op's budget (accuracy=looser)."),
 ):
-    """For one key: every solution with its exclusion reason, verdict and error, stored timings, and why the winner
-    won."""
+    """For one key: every solution with its exclusion reason, verdict and error, stored timings, and why the winner won."""  # noqa: E501 (one line: it is the command's help)
     console = make_console()
     if allow_looser:
         dispatch.configure(looser_accuracy=True)
