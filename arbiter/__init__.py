@@ -9,12 +9,11 @@ from arbiter import cpu_threads
 cpu_threads.configure()  # before numba or an OpenMP runtime starts: see arbiter/cpu_threads.py
 
 from arbiter import regions  # noqa: E402
-from arbiter.candidates import Candidate, Contract, Fallback, Tier, candidate, register, unregister
-from arbiter.dispatch import arbitrate, bind, configure, flush, run_arbitrated, stats
-from arbiter.errors import ArbiterError, NoCandidateError, RegionError, RegistryError, StrictMissError
-from arbiter.ops import register_op
-
+from arbiter.candidates import Candidate, Contract, Fallback, Tier, candidate, register, unregister  # noqa: E402
+from arbiter.dispatch import arbitrate, bind, configure, flush, run_arbitrated, stats  # noqa: E402
 from arbiter.env import project_version as _project_version  # noqa: E402
+from arbiter.errors import ArbiterError, NoCandidateError, RegionError, RegistryError, StrictMissError  # noqa: E402
+from arbiter.ops import register_op  # noqa: E402
 
 __version__ = _project_version()  # from the installed metadata, never a literal
 

@@ -20,6 +20,7 @@ resolved first, so a link planted to another user's folder is judged by that fol
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import shutil
 import stat
@@ -60,7 +61,7 @@ def unsafe_reason(path: Path, root: Path) -> str | None:
     for d in chain:
         st = os.stat(d)
         mode = stat.S_IMODE(st.st_mode)
-        ours = d == pycache or d == real or d == real_root or real_root in d.parents
+        ours = d in (pycache, real, real_root) or real_root in d.parents
         if ours:
             if st.st_uid != me:
                 return f"{d} is owned by {_who(st.st_uid)}, not by you ({_who(me)})"
@@ -83,10 +84,8 @@ def _make(path: Path, root: Path) -> None:
             break
         missing.append(d)
     for d in reversed(missing):
-        try:
+        with contextlib.suppress(FileExistsError):  # another process made it first; unsafe_reason judges it
             os.mkdir(d, 0o700)
-        except FileExistsError:  # another process made it first; unsafe_reason judges it like any other
-            pass
 
 
 def _usable(path: Path, root: Path) -> str | None:

@@ -149,12 +149,6 @@ def default_policy() -> str:
     return policy
 
 
-def route(key_id: str) -> Route | None:
-    """The route installed for the problem key ``key_id`` (what its next call runs, with its counters); None
-    before the key's first call in this process, or after the candidates changed."""
-    return _table.get(key_id)
-
-
 # --- the hot path -----------------------------------------------------------
 def run_arbitrated(op: str, region, *, policy: str | None = None):
     """Compute ``region`` with the winning solution for its problem key.
@@ -205,7 +199,8 @@ class Bound:
             got = _signature(array)
             if got != sig:
                 raise RegionError(name, _differs(got, sig))
-            if got[0].__module__.startswith("torch"):  # its native view (and, for a torch caller, the tensor itself) for this call
+            # a torch tensor: its native view (and, for a torch caller, the tensor itself) for this call
+            if got[0].__module__.startswith("torch"):
                 setattr(region, name, region._adopt(name, array, region.target)[1])
             else:
                 setattr(region, name, array)
@@ -413,6 +408,12 @@ def stats() -> list[dict]:
              "misses": r.misses, "fallbacks": r.fallbacks, "installed": _table.get(r.key.id) is r}
             for r in _state.routes.values()
         ]
+
+
+def route(key) -> Route | None:
+    """The route installed for ``key`` (a ``ProblemKey`` or its id) in this process: what its next
+    ``run_arbitrated`` call serves; None while the key is undecided here."""
+    return _table.get(key if isinstance(key, str) else key.id)
 
 
 def verified_count() -> int:

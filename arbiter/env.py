@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from arbiter import targets
 
 
-
 def project_version() -> str:
     """This package's version from its installed metadata (``pyproject.toml``), never a literal."""
     from importlib import metadata
@@ -33,7 +32,7 @@ class EnvironmentKey:
     fingerprint: str
 
     @classmethod
-    def from_fields(cls, target: str, fields: dict[str, str]) -> "EnvironmentKey":
+    def from_fields(cls, target: str, fields: dict[str, str]) -> EnvironmentKey:
         items = tuple(sorted((str(k), str(v)) for k, v in fields.items()))
         digest = hashlib.sha256(json.dumps([target, items]).encode()).hexdigest()[:20]
         return cls(target, items, digest)
@@ -41,7 +40,7 @@ class EnvironmentKey:
     def as_dict(self) -> dict[str, str]:
         return dict(self.fields)
 
-    def diff(self, other: "EnvironmentKey") -> dict[str, tuple[str | None, str | None]]:
+    def diff(self, other: EnvironmentKey) -> dict[str, tuple[str | None, str | None]]:
         """Fields that differ: name -> (this value, other value)."""
         a, b = self.as_dict(), other.as_dict()
         return {k: (a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)}

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Any
 
 
 def params_id(params: dict) -> str:
@@ -67,7 +68,7 @@ class ProblemKey:
     id: str
 
     @classmethod
-    def make(cls, target, op, dtype, layout, attrs, bucket) -> "ProblemKey":
+    def make(cls, target, op, dtype, layout, attrs, bucket) -> ProblemKey:
         attrs = tuple(attrs)
         bucket = tuple(bucket)
         text = "{}:{}:{}:{}:{}:{}".format(
@@ -78,7 +79,7 @@ class ProblemKey:
         return cls(target, op, dtype, layout, attrs, bucket, text)
 
     @classmethod
-    def parse(cls, text: str) -> "ProblemKey":
+    def parse(cls, text: str) -> ProblemKey:
         """Inverse of ``id``; raises ValueError naming the text when it is malformed."""
         parts = text.split(":")
         if len(parts) != 6:
@@ -109,11 +110,11 @@ class ProblemKey:
     def shape_text(self) -> str:
         return "x".join(str(v) for _, v in self.bucket)
 
-    def with_bucket(self, bucket) -> "ProblemKey":
+    def with_bucket(self, bucket) -> ProblemKey:
         return ProblemKey.make(self.target, self.op, self.dtype, self.layout, self.attrs, bucket)
 
 
-def bucket_of(dims: dict[str, int], policies: dict[str, object]) -> tuple[tuple[str, int], ...]:
+def bucket_of(dims: dict[str, int], policies: dict) -> tuple[tuple[str, int], ...]:
     return tuple((name, policies.get(name, POW2).bound(n)) for name, n in dims.items())
 
 
@@ -127,7 +128,7 @@ def edge_shapes(bucket, policies) -> list[dict[str, int]]:
 
 def layout_class(array) -> str:
     """'R' C-contiguous, 'C' column-major (Fortran-contiguous 2-D), 'S' any other strides."""
-    flags = getattr(array, "flags", None)
+    flags: Any = getattr(array, "flags", None)  # NumPy's and CuPy's flags; None on a torch tensor
     if flags is None and hasattr(array, "is_contiguous"):  # a torch tensor: the same classes by its strides
         if array.is_contiguous():
             return "R"

@@ -6,8 +6,8 @@ counters) applies to them unchanged.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from arbiter import regions
 from arbiter.oracles import attention, fft, gated, layernorm, matmul, pointwise, rmsnorm, softmax
@@ -16,14 +16,14 @@ from arbiter.oracles import attention, fft, gated, layernorm, matmul, pointwise,
 @dataclass(frozen=True)
 class OpKind:
     name: str
-    region_type: type
+    region_type: type[regions.Region]
     oracle: Callable  # region -> float64 numpy array
 
 
 OPS: dict[str, OpKind] = {}
 
 
-def register_op(name: str, region_type: type, oracle: Callable) -> OpKind:
+def register_op(name: str, region_type: type[regions.Region], oracle: Callable) -> OpKind:
     """Register (or replace) an op kind. ``region_type.op`` must equal ``name``."""
     if getattr(region_type, "op", None) != name:
         raise ValueError(f"region_type: {region_type.__name__}.op is {getattr(region_type, 'op', None)!r}, "

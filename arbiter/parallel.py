@@ -93,7 +93,7 @@ def tune_parallel(problems, target: str, *, workers: int = 2, devices: list[int]
     labels = [p.label for p in problems]
     for i, p in enumerate(problems):
         tasks.put((i, p, i))
-    procs: dict[int, object] = {}
+    procs: dict[int, tuple] = {}  # worker id -> (process, device)
     inflight: dict[int, int | None] = {}
     attempts = {i: 1 for i in range(len(problems))}
     outcome, start = Outcome(), time.perf_counter()

@@ -22,8 +22,8 @@ gated with fails (see docs/architecture.md, "Runtime scalars are varied, not key
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import os
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -69,6 +69,17 @@ class Region:
     # CUDA tensor), so torch candidates run on them directly and outputs come from torch's caching allocator;
     # torch_out: (native view, torch tensor) of the output allocated last for such a caller.
     __slots__ = ("target", "dtype", "key", "out", "back", "dims", "attrs", "layout", "torch_in", "torch_out")
+    # The slots' types (declared for the type checker; __slots__ makes the storage).
+    target: str
+    dtype: str
+    key: ProblemKey
+    out: Any  # the target's array, or None until allocated
+    back: Any  # converts a result to the caller's array type; None when the caller's is the target's own
+    dims: dict[str, int]
+    attrs: tuple[tuple[str, str], ...]  # (name, value) pairs, as the key spells them
+    layout: str
+    torch_in: dict[str, Any] | None
+    torch_out: tuple[Any, Any] | None
 
     # -- construction helpers -------------------------------------------------
     def _adopt(self, argument: str, array, target: str | None = None):
@@ -157,8 +168,8 @@ class Region:
         raise NotImplementedError
 
     @classmethod
-    def random(cls, target: str, dtype: str, dims: dict, attrs: dict | None = None, layout: str | None = None,
-               rng: np.random.Generator | None = None) -> "Region":
+    def random(cls, target: str, dtype: str, dims: dict, attrs: dict | None = None, layout: str = "",
+               rng: np.random.Generator | None = None) -> Region:
         """A random instance (seeded, never zeros) described by target, dtype, dims, attrs and layout."""
         raise NotImplementedError
 
@@ -167,14 +178,14 @@ class Region:
         eps, scale, ...), so a rebuilt instance computes the same function."""
         return {}
 
-    def resized(self, dims: dict, rng: np.random.Generator) -> "Region":
+    def resized(self, dims: dict, rng: np.random.Generator) -> Region:
         """A fresh random region with the same attributes, dtype, target, layout and runtime scalars, at ``dims``."""
         return self.random(self.target, self.dtype, dims, dict(self.attrs), self.layout, rng, **self.runtime_args())
 
-    def fresh(self, rng: np.random.Generator) -> "Region":
+    def fresh(self, rng: np.random.Generator) -> Region:
         return self.resized(self.dims, rng)
 
-    def allow_looser(self) -> "Region":
+    def allow_looser(self) -> Region:
         """This region with the caller's consent to candidates that declare looser accuracy than the op's
         budget (``Contract(accuracy="bounded", ...)``). The consent is part of the problem key
         (attribute ``accuracy=looser``), so its decisions and verdicts never serve a key without it."""
@@ -186,7 +197,7 @@ class Region:
                                     self.key.bucket)
         return clone
 
-    def with_out(self, out) -> "Region":
+    def with_out(self, out) -> Region:
         """A shallow copy of this region that writes into ``out`` (used for poisoning)."""
         clone = object.__new__(type(self))
         for cls in type(self).__mro__:
@@ -226,20 +237,22 @@ class Region:
             return native
         return _empty_like_target(self.target, shape, dtype)
 
-    def cupy_views(self) -> "Region":
+    def cupy_views(self) -> Region:
         """A torch caller's region with CuPy views in place of its tensors (what a CuPy kernel needs).
 
         Views are built from the tensors' pointers (no DLPack), only when a non-torch kernel runs."""
         from arbiter.targets.nvidia import cupy_view
 
         clone = self.with_out(self.out)
-        views = {name: cupy_view(t) for name, t in self.torch_in.items()}
+        views = {name: cupy_view(t) for name, t in self.torch_in.items()}  # type: ignore[union-attr]  # a torch caller's region: torch_in is set
         for name, view in views.items():
             if name.startswith("ops["):
                 continue
             object.__setattr__(clone, "out" if name == "out" else name, view)
         if any(name.startswith("ops[") for name in views):  # Pointwise: operands inside the chain
-            clone.ops = tuple((step, views.get(f"ops[{i}]", operand)) for i, (step, operand) in enumerate(self.ops))
+            # only a Pointwise has ops, and only its views are named ops[i]
+            clone.ops = tuple((step, views.get(f"ops[{i}]", operand))  # type: ignore[attr-defined]
+                              for i, (step, operand) in enumerate(self.ops))  # type: ignore[attr-defined]
         return clone
 
     def poisoned_out(self):
@@ -333,7 +346,8 @@ def _device_draw(target: str, shape, dtype: str, scale: float, rng):
     u = gen.random(shape, dtype=kind)
     u *= 2 * _SQRT3 * scale
     u -= _SQRT3 * scale
-    return u if dtype in ("float32", "float64") else u.astype(targets.get(target).np_dtype(dtype))
+    # only the nvidia target draws here, and it names its numpy dtypes (bfloat16 through ml_dtypes)
+    return u if dtype in ("float32", "float64") else u.astype(targets.get(target).np_dtype(dtype))  # type: ignore[attr-defined]
 
 
 # Above this many elements, operands are drawn uniform on [-sqrt(3), sqrt(3)) (mean 0, variance 1, as the
@@ -384,6 +398,11 @@ class Matmul(Region):
     op = "matmul"
     DIMS = ("m", "n", "k")
     __slots__ = ("a", "b", "bias", "activation", "residual")
+    a: Any
+    b: Any
+    bias: Any
+    activation: str
+    residual: Any
 
     def __init__(self, a, b, bias=None, activation: str = "none", residual=None, *, out=None):
         self.target, self.a, self.back = self._adopt("a", a)
@@ -438,7 +457,7 @@ class Matmul(Region):
 
     @classmethod
     def random(cls, target: str, dtype: str, dims: dict, attrs: dict | None = None, layout: str = "RR",
-               rng: np.random.Generator | None = None) -> "Matmul":
+               rng: np.random.Generator | None = None) -> Matmul:
         """A random instance: ``dims`` has m, n, k; ``attrs`` may set activation, bias, residual."""
         attrs = dict(attrs or {})
         rng = rng if rng is not None else np.random.default_rng(0)
@@ -466,6 +485,8 @@ class _RowRegion(Region):
 
     DIMS = ("rows", "cols")
     __slots__ = ("x", "axis")
+    x: Any
+    axis: int
 
     def _rows(self, x, axis: int):
         self.target, self.x, self.back = self._adopt("x", x)
@@ -513,7 +534,7 @@ class Softmax(_RowRegion):
 
     @classmethod
     def random(cls, target: str, dtype: str, dims: dict, attrs: dict | None = None, layout: str = "R",
-               rng: np.random.Generator | None = None) -> "Softmax":
+               rng: np.random.Generator | None = None) -> Softmax:
         """A random instance: ``dims`` has rows, cols; ``attrs`` may set axis ('last' or 'inner')."""
         axis = (attrs or {}).get("axis", "last")
         if axis not in ("last", "inner"):
@@ -531,6 +552,8 @@ class RMSNorm(_RowRegion):
 
     op = "rmsnorm"
     __slots__ = ("weight", "eps")
+    weight: Any
+    eps: float
 
     def __init__(self, x, weight, eps: float = 1e-6, *, out=None):
         rows, cols = self._rows(x, -1)
@@ -548,7 +571,7 @@ class RMSNorm(_RowRegion):
 
     @classmethod
     def random(cls, target: str, dtype: str, dims: dict, attrs: dict | None = None, layout: str = "R",
-               rng: np.random.Generator | None = None, eps: float = 1e-6) -> "RMSNorm":
+               rng: np.random.Generator | None = None, eps: float = 1e-6) -> RMSNorm:
         """A random instance: ``dims`` has rows, cols."""
         rng = rng if rng is not None else np.random.default_rng(0)
         x = cls._random_x(target, dtype, dims, True, layout, rng)
@@ -585,6 +608,9 @@ class LayerNorm(_RowRegion):
 
     op = "layernorm"
     __slots__ = ("weight", "bias", "eps")
+    weight: Any
+    bias: Any
+    eps: float
 
     def __init__(self, x, weight, bias=None, eps: float = 1e-5, *, out=None):
         rows, cols = self._rows(x, -1)
@@ -610,7 +636,7 @@ class LayerNorm(_RowRegion):
 
     @classmethod
     def random(cls, target: str, dtype: str, dims: dict, attrs: dict | None = None, layout: str = "R",
-               rng: np.random.Generator | None = None, eps: float = 1e-5) -> "LayerNorm":
+               rng: np.random.Generator | None = None, eps: float = 1e-5) -> LayerNorm:
         """A random instance: ``dims`` has rows, cols; ``attrs`` may set bias ('1' or '0', default '1')."""
         rng = rng if rng is not None else np.random.default_rng(0)
         x = cls._random_x(target, dtype, dims, True, layout, rng)
@@ -636,8 +662,13 @@ class Attention(Region):
 
     op = "attention"
     DIMS = ("batch", "heads", "q", "k", "d")
-    bucket_policy = {"d": EXACT}
+    bucket_policy: ClassVar[dict] = {"d": EXACT}
     __slots__ = ("q", "k", "v", "causal", "scale")
+    q: Any
+    k: Any
+    v: Any
+    causal: bool
+    scale: float
 
     def __init__(self, q, k, v, causal: bool = False, scale: float | None = None, *, out=None):
         self.target, self.q, self.back = self._adopt("q", q)
@@ -676,7 +707,7 @@ class Attention(Region):
 
     @classmethod
     def random(cls, target: str, dtype: str, dims: dict, attrs: dict | None = None, layout: str = "RRR",
-               rng: np.random.Generator | None = None, scale: float | None = None) -> "Attention":
+               rng: np.random.Generator | None = None, scale: float | None = None) -> Attention:
         """A random instance: ``dims`` has batch, heads, q, k, d; ``attrs`` may set causal ('1' or '0')."""
         rng = rng if rng is not None else np.random.default_rng(0)
         b, h, sq, sk, d = (dims[n] for n in cls.DIMS)
@@ -708,10 +739,15 @@ class FFT(Region):
 
     op = "fft"
     DIMS = ("batch", "n")
-    bucket_policy = {"n": EXACT}
+    bucket_policy: ClassVar[dict] = {"n": EXACT}
     dtypes = ("float32", "float64", "complex64", "complex128")
     KINDS = ("c2c", "r2c")
     __slots__ = ("x", "kind", "inverse", "n", "_out_dtype")
+    x: Any
+    kind: str
+    inverse: bool
+    n: int
+    _out_dtype: str
 
     def __init__(self, x, kind: str = "c2c", inverse: bool = False, n: int | None = None, *, out=None):
         self.target, self.x, self.back = self._adopt("x", x)
@@ -786,7 +822,7 @@ class FFT(Region):
 
     @classmethod
     def random(cls, target: str, dtype: str, dims: dict, attrs: dict | None = None, layout: str = "R",
-               rng: np.random.Generator | None = None) -> "FFT":
+               rng: np.random.Generator | None = None) -> FFT:
         """A random instance: ``dims`` has batch, n; ``attrs`` may set kind ('c2c', 'r2c') and inverse ('1', '0').
 
         ``dtype`` is x's: complex for c2c and c2r, real for r2c. A real dtype given for c2c or c2r, or a
@@ -813,6 +849,9 @@ class Gated(Region):
     op = "gated"
     DIMS = ("m", "n", "k")
     __slots__ = ("x", "w_gate", "w_up")
+    x: Any
+    w_gate: Any
+    w_up: Any
 
     def __init__(self, x, w_gate, w_up, *, out=None):
         self.target, self.x, self.back = self._adopt("x", x)
@@ -846,7 +885,7 @@ class Gated(Region):
 
     @classmethod
     def random(cls, target: str, dtype: str, dims: dict, attrs: dict | None = None, layout: str = "RRR",
-               rng: np.random.Generator | None = None) -> "Gated":
+               rng: np.random.Generator | None = None) -> Gated:
         """A random instance: ``dims`` has m, n, k."""
         rng = rng if rng is not None else np.random.default_rng(0)
         m, n, k = dims["m"], dims["n"], dims["k"]
@@ -874,13 +913,17 @@ class Pointwise(Region):
     op = "pointwise"
     DIMS = ("size",)
     __slots__ = ("x", "ops", "chain")
+    x: Any
+    ops: tuple
+    chain: str
 
     def __init__(self, x, ops, *, out=None):
         self.target, self.x, self.back = self._adopt("x", x)
         self.dtype = dtype_name(self.x.dtype)
         if isinstance(ops, (str, bytes)) or not hasattr(ops, "__iter__"):
             raise RegionError("ops", f"must be a sequence of steps like [('add', 1.0), ('relu',)], got {ops!r}")
-        steps, layout = [], layout_class(self.x)
+        steps: list[tuple] = []  # (name, None) for a unary step, (name, operand) for a binary one
+        layout = layout_class(self.x)
         for i, step in enumerate(ops):
             arg = f"ops[{i}]"
             if not isinstance(step, (tuple, list)) or not step or not isinstance(step[0], str):
@@ -939,7 +982,7 @@ class Pointwise(Region):
 
     @classmethod
     def random(cls, target: str, dtype: str, dims: dict, attrs: dict | None = None, layout: str | None = None,
-               rng: np.random.Generator | None = None, scalars: list[float] | None = None) -> "Pointwise":
+               rng: np.random.Generator | None = None, scalars: list[float] | None = None) -> Pointwise:
         """A random instance: ``dims`` has size; ``attrs['chain']`` is the chain text (``mul[t]>add[s]>relu``).
 
         Scalars come from ``scalars`` in order when given, else uniform in [0.5, 2).
@@ -951,7 +994,8 @@ class Pointwise(Region):
         size = dims["size"]
         x = random_operand(target, (size,), dtype, layout[0], rng)
         values = list(scalars or [])
-        steps, t = [], 1
+        steps: list[tuple] = []  # (name,) or (name, operand)
+        t = 1
         for text in names:
             name = text.split("[", 1)[0]
             if text.endswith("[t]"):

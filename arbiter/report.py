@@ -34,11 +34,14 @@ import re
 import tempfile
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
 
 from arbiter.keys import ProblemKey
 from arbiter.solution import Solution, TimingMode
-from arbiter.store import CountDelta, MeasurementRecord, SolutionRecord
-from arbiter.store import inventory
+from arbiter.store import CountDelta, MeasurementRecord, SolutionRecord, inventory
+
+if TYPE_CHECKING:
+    from arbiter.store.sql import SqlStore
 
 ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
 ROW_OPS = ("softmax", "rmsnorm", "layernorm")
@@ -76,7 +79,7 @@ class KeyEntry:
     measurements: list[MeasurementRecord]
     rejected: list[Rejected]
     counts: list[CountDelta]
-    looser: dict[str, object]  # solution label -> its Budget, for solutions that passed under a declared looser one
+    looser: dict[str, Any]  # solution label -> its Budget, for solutions that passed under a declared looser one
 
     @property
     def size(self) -> int:
@@ -122,13 +125,13 @@ class Report:
     zero_hit: int = 0  # current solutions nobody dispatched
 
 
-def collect(layers: list[tuple[str, object]], *, target: str | None = None, op: str | None = None) -> Report:
+def collect(layers: list[tuple[str, SqlStore]], *, target: str | None = None, op: str | None = None) -> Report:
     """Read every layer (user first: it wins a (key, environment) both hold) into a ``Report``."""
     envs = inventory.environments(layers)
     solutions = inventory.solutions(layers)
     rejected: dict[tuple[str, str], list[Rejected]] = {}
-    looser: dict[tuple[str, str], dict[str, object]] = {}
-    for name, sql in layers:
+    looser: dict[tuple[str, str], dict[str, Any]] = {}  # label -> its declared Budget
+    for _name, sql in layers:
         for vkey, candidate_name, verdict in sql.verdicts():
             solution = Solution.from_text(candidate_name, vkey.params_id, vkey.identity)
             if not verdict.passed:
@@ -245,7 +248,9 @@ def _size(k: KeyEntry) -> int:
 
 def _ticks(keys: list[KeyEntry]) -> tuple[list[float], list[str]]:
     """Tick positions and shape labels, dropping a label that would crowd the one before it (log axis)."""
-    xs, labels, last = [], [], None
+    xs: list[float] = []
+    labels: list[str] = []
+    last = None
     for k in keys:
         x = _size(k)
         if last is not None and x < last * 2.5:
@@ -319,10 +324,12 @@ def figure(section: Section, family: Family):
                 ax.plot([x for x, _, _ in pts], ys, color=colors[sol], marker=markers[sol], ms=4, lw=1.2, label=sol)
             screened = [(x, y) for (x, _, m), y in zip(pts, ys) if m.screened]
             if screened:  # stopped early, far slower than the best: an estimate
-                ax.scatter(*zip(*screened), s=40, facecolors="white", edgecolors=colors[sol], zorder=3)
+                sx, sy = zip(*screened)
+                ax.scatter(sx, sy, s=40, facecolors="white", edgecolors=colors[sol], zorder=3)
             won = [(x, y) for (x, k, _), y in zip(pts, ys) if k.winner == sol]
             if won:
-                ax.scatter(*zip(*won), marker="*", s=220, color=colors[sol], edgecolors="black", zorder=4)
+                wx, wy = zip(*won)
+                ax.scatter(wx, wy, marker="*", s=220, color=colors[sol], edgecolors="black", zorder=4)
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xticks(tick_x, tick_labels, fontsize=7)
@@ -412,7 +419,7 @@ def _section_html(s: Section, env_state: str, plots: bool) -> str:
     for k in s.keys:
         r = k.record
         hits = _hits(k)
-        b = k.looser.get(k.winner) if r else None
+        b = k.looser.get(k.winner) if r and k.winner else None
         budget = (f"<span class=warn>looser, declared: rel {b.rel_fro:.0e}, atol {b.atol:.0e}, "
                   f"rtol {b.rtol:.0e}</span>" if b is not None else "published" if r else "")
         rows.append([f"<code>{_e(k.key.id)}</code>",
@@ -493,7 +500,7 @@ def render(report: Report) -> str:
             f"<style>{CSS}</style></head><body>{''.join(body)}</body></html>")
 
 
-def write(layers: list[tuple[str, object]], out_dir: str, *, target: str | None = None,
+def write(layers: list[tuple[str, SqlStore]], out_dir: str, *, target: str | None = None,
           op: str | None = None) -> tuple[str, Report]:
     """Render the layers' report into ``out_dir/index.html`` (the folder is created); returns (path, report).
 

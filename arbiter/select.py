@@ -9,10 +9,12 @@ by the tuner, or by name when forced. The ``Decision`` it returns is what
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from arbiter import env as envmod
 from arbiter.candidates import REGISTRY, Candidate
 from arbiter.errors import NoCandidateError
+from arbiter.keys import ProblemKey
 from arbiter.oracles.budgets import budget_for
 from arbiter.solution import ChosenBy, Solution, TextEnum
 from arbiter.store import Verdict
@@ -53,17 +55,17 @@ class Row:
 
 @dataclass
 class Decision:
-    key: object  # ProblemKey
+    key: ProblemKey
     rows: list[Row]
-    winner: Row | None
+    winner: Row  # a decision always has one: select raises NoCandidateError otherwise
     chosen_by: ChosenBy  # how the winner was chosen (tier, measured or forced; not the miss policy)
     note: str = ""
     verified_now: int = 0  # verdicts computed (not cached) while deciding
-    env: object = None
+    env: Any = None  # the EnvironmentKey decided under
     margin: float | None = None
 
     def __str__(self):
-        lines = [f"{self.key}  ->  {self.winner.label if self.winner else 'none'} "
+        lines = [f"{self.key}  ->  {self.winner.label} "
                  f"[{self.chosen_by}{': ' + self.note if self.note else ''}]"]
         for row in self.rows:
             mark = "*" if row is self.winner else " "

@@ -37,7 +37,8 @@ class Problem:
     @property
     def label(self) -> str:
         attrs = ",".join(f"{k}={v}" for k, v in self.attrs.items())
-        return f"{self.op} {'x'.join(str(v) for v in self.dims.values())} {self.dtype}" + (f" [{attrs}]" if attrs else "")
+        shape = "x".join(str(v) for v in self.dims.values())
+        return f"{self.op} {shape} {self.dtype}" + (f" [{attrs}]" if attrs else "")
 
 
 def mm(m, n, k, dtype="float32", **attrs) -> Problem:

@@ -30,11 +30,12 @@ through the arbiter when the compiled code runs.
   backward pass is the vector-Jacobian product of the op's reference formulation in torch
   (``REFERENCE`` below, the same definitions as the float64 oracles), recomputed from the saved inputs.
   So training works and stays correct, but the backward pass is torch's, not a measured candidate.
-"""
+"""  # noqa: E501 (the table of ops is wider than 120 columns)
 from __future__ import annotations
 
 import math
-from typing import Optional
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -108,7 +109,8 @@ _BINARY = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "max": torch.ma
 
 def _steps(chain: str, tensors, scalars) -> list[tuple]:
     """``mul[t]>add[s]>relu`` with its operands in order -> the region's steps ``[("mul", t0), ...]``."""
-    steps, t, s = [], iter(tensors), iter(scalars)
+    steps: list[tuple] = []  # (name,) or (name, operand)
+    t, s = iter(tensors), iter(scalars)
     for part in filter(None, chain.split(">")):
         name, _, kind = part.partition("[")
         if kind == "t]":
@@ -139,14 +141,15 @@ def ref_pointwise(x, chain, tensors, scalars):
     return v
 
 
-REFERENCE = {"matmul": ref_matmul, "softmax": ref_softmax, "rmsnorm": ref_rmsnorm, "layernorm": ref_layernorm,
-             "attention": ref_attention, "gated": ref_gated, "fft": ref_fft, "pointwise": ref_pointwise}
+REFERENCE: dict[str, Callable] = {
+    "matmul": ref_matmul, "softmax": ref_softmax, "rmsnorm": ref_rmsnorm, "layernorm": ref_layernorm,
+    "attention": ref_attention, "gated": ref_gated, "fft": ref_fft, "pointwise": ref_pointwise}
 
 
 # -- dispatch through the arbiter -----------------------------------------------------------------------
 
 
-def _host_ready(t: Optional[torch.Tensor], work_dtype):
+def _host_ready(t: torch.Tensor | None, work_dtype):
     """A tensor the region can adopt: detached (the custom op's autograd is ours), and on the CPU in a
     dtype NumPy has (bfloat16 -> float32)."""
     if t is None:
@@ -163,7 +166,7 @@ def _takes_bfloat16(device_type: str) -> bool:
     CuPy >= 14 with ml_dtypes has)."""
     found = _native_bf16.get(device_type)
     if found is None:
-        found = device_type == "cuda" and targets.get("nvidia").bfloat16() is not None
+        found = device_type == "cuda" and targets.get("nvidia").bfloat16() is not None  # type: ignore[attr-defined]  # the nvidia target's
         _native_bf16[device_type] = found
     return found
 
@@ -189,7 +192,8 @@ def _register(op: str, fn, fake):
     reference = REFERENCE[op]
 
     def setup_context(ctx, inputs, output):
-        flat, spec = [], []
+        flat: list = []
+        spec: list[tuple[str, Any]] = []
         for value in inputs:
             if torch.is_tensor(value):
                 spec.append(("t", len(flat)))
@@ -222,8 +226,8 @@ def _register(op: str, fn, fake):
     return lib_op
 
 
-def _matmul(a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor] = None,
-            residual: Optional[torch.Tensor] = None, activation: str = "none") -> torch.Tensor:
+def _matmul(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None,
+            residual: torch.Tensor | None = None, activation: str = "none") -> torch.Tensor:
     return _arbitrated("matmul", lambda a_, b_, bias_, res_: regions.Matmul(a_, b_, bias=bias_, activation=activation,
                                                                            residual=res_),
                        [a, b, bias, residual], a.dtype)
@@ -245,14 +249,14 @@ def _rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.
     return _arbitrated("rmsnorm", lambda x_, w_: regions.RMSNorm(x_, w_, eps=eps), [x, weight], x.dtype)
 
 
-def _layernorm(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None,
+def _layernorm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
                eps: float = 1e-5) -> torch.Tensor:
     return _arbitrated("layernorm", lambda x_, w_, b_: regions.LayerNorm(x_, w_, bias=b_, eps=eps), [x, weight, bias],
                        x.dtype)
 
 
 def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
-               scale: Optional[float] = None) -> torch.Tensor:
+               scale: float | None = None) -> torch.Tensor:
     return _arbitrated("attention", lambda q_, k_, v_: regions.Attention(q_, k_, v_, causal=causal, scale=scale),
                        [q, k, v], q.dtype)
 
@@ -278,7 +282,7 @@ def _fft_out(x, kind, inverse, n):
     return tuple(x.shape[:-1]) + (length // 2 + 1,), _COMPLEX.get(x.dtype, x.dtype)
 
 
-def _fft(x: torch.Tensor, kind: str = "c2c", inverse: bool = False, n: Optional[int] = None) -> torch.Tensor:
+def _fft(x: torch.Tensor, kind: str = "c2c", inverse: bool = False, n: int | None = None) -> torch.Tensor:
     _, dtype = _fft_out(x, kind, inverse, n)
     return _arbitrated("fft", lambda x_: regions.FFT(x_, kind=kind, inverse=inverse, n=n), [x], dtype)
 

@@ -51,17 +51,21 @@ import math
 import os
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from arbiter import oracles, probes, targets
 from arbiter.candidates import Candidate, Fallback
 from arbiter.keys import POW2
+from arbiter.ops import op_kind
 from arbiter.oracles import array_module
 from arbiter.oracles.budgets import Budget, budget_for
-from arbiter.ops import op_kind
 from arbiter.solution import Solution
 from arbiter.store import Verdict, VerdictKey
+
+if TYPE_CHECKING:
+    from arbiter.regions import Region
 
 # Beyond the two real-shape probes, the other probes together cost at most this multiple of the real
 # shape's work ("work units": m*n*k for matmul, rows*cols for row ops), or EXTRA_WORK_FLOOR units,
@@ -94,7 +98,7 @@ def budget_of(candidate: Candidate, op: str, dtype: str) -> tuple[Budget, bool]:
     default = budget_for(op, dtype)
     c = candidate.contract
     if c is not None and c.accuracy == "bounded":
-        declared = Budget(c.rel_fro, c.atol, c.rtol)
+        declared = Budget(c.rel_fro, c.atol, c.rtol)  # type: ignore[arg-type]  # a bounded Contract sets all three
         return declared, declared.looser_than(default)
     return default, False
 
@@ -169,7 +173,7 @@ def probe_shapes(region) -> list[dict]:
     return shapes
 
 
-def _draw(region, probe: Probe, rng) -> object:
+def _draw(region, probe: Probe, rng) -> Region:
     args = probes.varied_scalars(region, rng) if probe.vary_scalars else region.runtime_args()
     fresh = region.random(region.target, region.dtype, dict(probe.dims), dict(region.attrs), region.layout, rng,
                           **args)
@@ -293,7 +297,8 @@ class Tally:
     def __init__(self):
         self.diff2 = self.ref2 = 0.0
         self.count = 0
-        self.worst = (-math.inf, None, None, None, None)  # (|d| - rtol|ref|, index, y, ref, |d|)
+        # (|d| - rtol|ref|, index, y, ref, |d|) of the worst element so far
+        self.worst: tuple[float, Any, Any, Any, Any] = (-math.inf, None, None, None, None)
         self.reason = ""
 
     def add(self, y, ref, budget: Budget, origin=None, shape=None) -> str:
@@ -331,9 +336,12 @@ class Tally:
         if not bool(finite_ref.all()):
             y, ref = y[finite_ref], ref[finite_ref]
             flat_index = xp.argwhere(finite_ref)
-            origin_of = (lambda i, fi=flat_index: where(tuple(int(v) for v in fi[i])))
+
+            def origin_of(i, at=flat_index):  # the finite elements' own indices
+                return where(tuple(int(v) for v in at[i]))
         else:
-            origin_of = (lambda i, s=ref.shape: where(tuple(int(v) for v in np.unravel_index(i, s))))
+            def origin_of(i, at=ref.shape):  # the flat index in the output's shape
+                return where(tuple(int(v) for v in np.unravel_index(i, at)))
         if ref.size == 0:
             return ""
         # Half the spacing of the output format's subnormals is the least error any kernel storing the exact
@@ -475,7 +483,7 @@ def _products_sampled(region, y, budget, rng) -> tuple[str, float, float]:
     a_rows = left[ridx].astype(np.float64)
     z_rows = [xp.zeros((len(rows), n)) for _ in rights]
     w_cols = [w[:, cidx].astype(np.float64) for w in rights]
-    bx = xp.empty((k, FREIVALDS_VECTORS)) if linear else None
+    bx: Any = xp.empty((k, FREIVALDS_VECTORS)) if linear else None
     # Float64 chunks go through one reused buffer: a fresh multi-MiB array per chunk costs page faults.
     step = _row_step(max(k, n))
     buf = xp.empty((step, max(k, n)))
@@ -493,8 +501,8 @@ def _products_sampled(region, y, budget, rng) -> tuple[str, float, float]:
             if linear:
                 bx[k0:k0 + chunk.shape[0]] = chunk @ X
     z_cols = [xp.empty((m, len(cols))) for _ in rights]
-    ref_x = xp.empty((m, FREIVALDS_VECTORS)) if linear else None
-    y_x = xp.empty((m, FREIVALDS_VECTORS)) if linear else None
+    ref_x: Any = xp.empty((m, FREIVALDS_VECTORS)) if linear else None
+    y_x: Any = xp.empty((m, FREIVALDS_VECTORS)) if linear else None
     for i0 in range(0, m, step):  # one pass over the left operand (and y)
         chunk = as64(left[i0:i0 + step])
         for zc, wc in zip(z_cols, w_cols):
@@ -599,8 +607,8 @@ def check_output(region, y, budget: Budget, rng, full: bool = False) -> tuple[st
 
 
 def _gate_rng() -> tuple[np.random.Generator, int]:
-    seed = os.environ.get("ARBITER_GATE_SEED")
-    seed = int(seed) if seed else int.from_bytes(os.urandom(8), "little") >> 1
+    given = os.environ.get("ARBITER_GATE_SEED")
+    seed = int(given) if given else int.from_bytes(os.urandom(8), "little") >> 1
     return np.random.default_rng(seed), seed
 
 
@@ -614,7 +622,8 @@ def verify(candidate: Candidate, params: dict, region) -> Verdict:
     """Run the F4 gate for one solution (candidate + params) at ``region``'s key."""
     start = time.perf_counter()
     budget, looser = budget_of(candidate, region.op, region.dtype)
-    worst_rel, worst_excess, probed = 0.0, 0.0, []
+    worst_rel, worst_excess = 0.0, 0.0
+    probed: list[str] = []
 
     def verdict(reason=""):
         return Verdict(not reason, reason, worst_rel if probed else math.nan, worst_excess, tuple(probed),

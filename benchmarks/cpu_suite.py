@@ -7,7 +7,11 @@ run. The winner per bucket, its ratio to the vendor (NumPy) candidate, and wheth
 the noise (winner faster than the runner-up by more than twice their larger relative spread) are
 written to ``docs/cpu_crossovers.md`` with the date and the machine.
 
-    python benchmarks/cpu_suite.py [--quick] [--out docs/cpu_crossovers.md]
+    python benchmarks/cpu_suite.py [--quick] [--out DIR]
+
+``--out DIR`` (default ``docs``): the tables go to ``DIR/cpu_crossovers.md``. ``--quick``: the first (smallest)
+shape of each section, without waiting for a quiet machine, 0.05 s timing cap (a smoke run of seconds; its
+figures are not results).
 """
 from __future__ import annotations
 
@@ -58,8 +62,8 @@ SWEEPS = [
         + [("float64", {"rows": 1024, "cols": 1024}), ("float64", {"rows": 4096, "cols": 4096})]),
 ]
 MARKER = "<!-- measured: everything below is written by benchmarks/cpu_suite.py -->"
-QUICK = {  # one small and one large shape per section (a smoke run)
-    title: [shapes[0], shapes[-2]] for title, _, _, _, shapes in SWEEPS
+QUICK = {  # the smallest shape of each section (a smoke run)
+    title: [shapes[0]] for title, _, _, _, shapes in SWEEPS
 }
 
 
@@ -91,14 +95,14 @@ def wait_quiet(threshold: float = 0.15, patience_s: float = 60.0) -> float:
     return busy
 
 
-def run_shape(op, kind, attrs, dtype, dims, seed):
-    """Wait for a quiet machine, then gate and time every applicable solution at one shape.
+def run_shape(op, kind, attrs, dtype, dims, seed, quick: bool = False):
+    """Wait for a quiet machine (not when ``quick``), then gate and time every applicable solution at one shape.
 
     Returns (region, rows, busy fraction of the CPUs used by others just before)."""
     region = kind.random("cpu", dtype, dims, attrs=attrs, rng=np.random.default_rng(seed))
     rows = []
     best = None
-    busy = wait_quiet()
+    busy = busy_fraction(0.05) if quick else wait_quiet()
     for cand in REGISTRY.candidates("cpu", op):
         if cand.applies_to(region) is not True:
             continue
@@ -107,7 +111,7 @@ def run_shape(op, kind, attrs, dtype, dims, seed):
             if not verdict.passed:
                 rows.append({"label": label(cand, params), "cand": cand, "fail": verdict.reason})
                 continue
-            m = measure(cand, params, region, time_cap_s=0.5, best_so_far=best, seed=seed)
+            m = measure(cand, params, region, time_cap_s=0.05 if quick else 0.5, best_so_far=best, seed=seed)
             if not m.screened:
                 best = m.median_s if best is None else min(best, m.median_s)
             rows.append({"label": label(cand, params), "cand": cand, "m": m,
@@ -189,11 +193,11 @@ def compile_lines() -> list[str]:
     return lines
 
 
-def parse_args(argv, doc: str, default_out: Path) -> argparse.Namespace:
-    """A suite's command line: ``--quick`` and ``--out`` (``default_out`` unless given)."""
+def parse_args(argv, doc: str) -> argparse.Namespace:
+    """A suite's command line: ``--quick`` and ``--out DIR`` (default ``docs``)."""
     ap = argparse.ArgumentParser(description=doc.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="two shapes per section (smoke run)")
-    ap.add_argument("--out", default=str(default_out), help="markdown file to write")
+    ap.add_argument("--quick", action="store_true", help="the smallest shape per section, no waiting (smoke run)")
+    ap.add_argument("--out", default=str(ROOT / "docs"), help="folder of the markdown file written (default docs)")
     return ap.parse_args(argv)
 
 
@@ -204,7 +208,7 @@ def sweep_tables(sweeps, quick: dict | None, title_width: int) -> list[str]:
     for n, (title, op, kind, attrs, shapes) in enumerate(sweeps):
         results = []
         for dtype, dims in (quick[title] if quick else shapes):
-            region, rows, busy = run_shape(op, kind, attrs, dtype, dims, seed=n)
+            region, rows, busy = run_shape(op, kind, attrs, dtype, dims, seed=n, quick=quick is not None)
             results.append((region, rows, busy))
             print(f"{title:<{title_width}} {region.shape_text():>16} {dtype} (others {busy:.0%}): " + ", ".join(
                 f"{r['label']}={us(r['m'].median_s)}" for r in rows if "m" in r), flush=True)
@@ -213,7 +217,7 @@ def sweep_tables(sweeps, quick: dict | None, title_width: int) -> list[str]:
 
 
 def main(argv=None):
-    args = parse_args(argv, __doc__, ROOT / "docs" / "cpu_crossovers.md")
+    args = parse_args(argv, __doc__)
     started = time.time()
     body = sweep_tables(SWEEPS, QUICK if args.quick else None, 36)
     head = [
@@ -235,10 +239,11 @@ def main(argv=None):
     text = "\n".join(head + body + ["## Compile times (first use in this run; kept out of the timings)", "",
                                     *compile_lines(), ""])
     # The hand-written reading of the figures above the marker is kept; everything below is replaced.
-    out = Path(args.out)
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    out = Path(args.out) / "cpu_crossovers.md"
     kept = out.read_text().split(MARKER)[0] if out.exists() and MARKER in out.read_text() else ""
     out.write_text(kept + MARKER + "\n\n" + text)
-    print(f"wrote {args.out}")
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":

@@ -7,13 +7,17 @@ p20-p80 range of the paired differences. Region construction (validation +
 key) is reported on its own line, since a caller building a region per call
 pays it on both paths.
 
-    python benchmarks/dispatch_overhead.py [--calls 2000] [--samples 41]
+    python benchmarks/dispatch_overhead.py [--calls 2000] [--samples 41] [--quick] [--out DIR]
+
+``--quick``: 200 calls x 5 samples (a smoke run: the figures are too short to quote). The report is
+printed and written to ``<out>/dispatch_overhead.md``.
 """
 from __future__ import annotations
 
 import argparse
 import platform
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -66,12 +70,12 @@ def compare(region, calls, samples):
     return route, d, r, r - d
 
 
-def report(title, route, d, r, diff):
+def report(title, route, d, r, diff) -> list[str]:
     lo, hi = np.percentile(diff, [20, 80])
-    print(f"{title}: winner {route.label}")
-    print(f"  direct call of the winner      median {np.median(d):8.1f} ns")
-    print(f"  run_arbitrated (warm key)      median {np.median(r):8.1f} ns")
-    print(f"  overhead per call              median {np.median(diff):8.1f} ns  (p20 {lo:.1f}, p80 {hi:.1f})")
+    return [f"{title}: winner {route.label}",
+            f"  direct call of the winner      median {np.median(d):8.1f} ns",
+            f"  run_arbitrated (warm key)      median {np.median(r):8.1f} ns",
+            f"  overhead per call              median {np.median(diff):8.1f} ns  (p20 {lo:.1f}, p80 {hi:.1f})"]
 
 
 def main():
@@ -79,7 +83,11 @@ def main():
     p.add_argument("--calls", type=int, default=2000)
     p.add_argument("--samples", type=int, default=41)
     p.add_argument("--size", type=int, default=16)
+    p.add_argument("--quick", action="store_true", help="200 calls x 5 samples (smoke run)")
+    p.add_argument("--out", help="also write the report to DIR/dispatch_overhead.md")
     args = p.parse_args()
+    if args.quick:
+        args.calls, args.samples = 200, 5
 
     rng = np.random.default_rng(0)
     a = rng.standard_normal((args.size, args.size)).astype(np.float32)
@@ -91,13 +99,18 @@ def main():
     scalar = compare(Matmul(one, one), args.calls, args.samples)
     build = np.array([per_call(lambda: Matmul(a, b), args.calls) for _ in range(9)])
 
-    print(f"dispatch overhead, {platform.processor() or platform.machine()}, numpy {np.__version__}, "
-          f"{args.samples} samples x {args.calls} calls, paths alternating")
-    report(f"{args.size}^3 float32 matmul", *real)
-    report("1x1x1 float32 matmul (mechanism alone)", *scalar)
-    print(f"  region construction (validate + key, paid on both paths) median {np.median(build):8.1f} ns")
     worst = max(np.median(real[3]), np.median(scalar[3]))
-    print(f"  goal: overhead < 1000 ns -> {'met' if worst < 1000 else 'MISSED'} (worst median {worst:.0f} ns)")
+    lines = [f"dispatch overhead, {platform.processor() or platform.machine()}, numpy {np.__version__}, "
+             f"{args.samples} samples x {args.calls} calls, paths alternating"
+             f"{' (--quick: a smoke run)' if args.quick else ''}",
+             *report(f"{args.size}^3 float32 matmul", *real),
+             *report("1x1x1 float32 matmul (mechanism alone)", *scalar),
+             f"  region construction (validate + key, paid on both paths) median {np.median(build):8.1f} ns",
+             f"  goal: overhead < 1000 ns -> {'met' if worst < 1000 else 'MISSED'} (worst median {worst:.0f} ns)"]
+    print("\n".join(lines))
+    if args.out:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        (Path(args.out) / "dispatch_overhead.md").write_text("```\n" + "\n".join(lines) + "\n```\n")
 
 
 if __name__ == "__main__":

@@ -1,26 +1,30 @@
 """The wrong-kernel classes of issue 15 against the gate: which are served, and the reason each is rejected.
 
-    python benchmarks/gate_classes.py
+    python benchmarks/gate_classes.py [--quick] [--out DIR]
 
 Each wrong candidate (``tests/wrong_candidates.py``) is verified at a key where the old gate served it;
 the verdict and its reason are printed as the gate gives them. Two classes are decisions rather than
 single verdicts: verdict identity (a candidate re-registered with identical source and a 2x scale bug in a
 captured constant) and declared looser accuracy without the caller's consent. Only public API is used, so
-the script runs against older versions of the package too (to show what they served).
+the script runs against older versions of the package too (to show what they served). The whole run takes
+seconds, so ``--quick`` (taken by every benchmark) runs it unchanged; ``--out DIR``: the lines are also written to
+``DIR/gate_classes.md``.
 """
 from __future__ import annotations
 
+import argparse
 import os
 import sys
+from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 
-import arbiter  # noqa: E402
-from arbiter.regions import Attention, LayerNorm, Matmul, Pointwise, RMSNorm, Softmax  # noqa: E402
-from arbiter.verify import verify  # noqa: E402
-import wrong_candidates as W  # noqa: E402
+import arbiter
+import wrong_candidates as W
+from arbiter.regions import Attention, LayerNorm, Matmul, Pointwise, RMSNorm, Softmax
+from arbiter.verify import verify
 
 ATTN = {"batch": 1, "heads": 2, "q": 32, "k": 32, "d": 16}
 CASES = [
@@ -29,7 +33,8 @@ CASES = [
      lambda: Softmax.random("cpu", "float32", {"rows": 20, "cols": 40})),
     ("benign only: attention without max-subtraction", W.AttentionNoMax,
      lambda: Attention.random("cpu", "float32", ATTN)),
-    ("benign only: rmsnorm ignoring eps", W.RMSNormNoEps, lambda: RMSNorm.random("cpu", "float32", {"rows": 16, "cols": 64})),
+    ("benign only: rmsnorm ignoring eps", W.RMSNormNoEps,
+     lambda: RMSNorm.random("cpu", "float32", {"rows": 16, "cols": 64})),
     ("benign only: layernorm ignoring eps", W.LayerNormNoEps,
      lambda: LayerNorm.random("cpu", "float32", {"rows": 16, "cols": 64})),
     ("benign only: one-pass variance (+300 offset)", W.LayerNormOnePass,
@@ -85,11 +90,22 @@ def identity_case() -> str:
 
 
 def main():
-    print(f"kernel-arbiter {arbiter.__version__}; gate in {os.path.dirname(arbiter.__file__)}")
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="the same run (it takes seconds); for a uniform smoke test")
+    ap.add_argument("--out", help="also write the lines to DIR/gate_classes.md")
+    args = ap.parse_args()
+    lines = [f"kernel-arbiter {arbiter.__version__}; gate in {os.path.dirname(arbiter.__file__)}"]
+    print(lines[-1], flush=True)
     for label, cls, region in CASES:
         v = verify(cls(), {}, region())
-        print(f"{label:<50} {'SERVED' if v.passed else 'rejected'}: {v.reason or '(passed ' + str(len(v.probes)) + ' probes)'}")
-    print(f"{'verdict identity: 2x scale in a captured constant':<50} {identity_case()}")
+        lines.append(f"{label:<50} {'SERVED' if v.passed else 'rejected'}: "
+                     f"{v.reason or '(passed ' + str(len(v.probes)) + ' probes)'}")
+        print(lines[-1], flush=True)
+    lines.append(f"{'verdict identity: 2x scale in a captured constant':<50} {identity_case()}")
+    print(lines[-1], flush=True)
+    if args.out:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        (Path(args.out) / "gate_classes.md").write_text("```\n" + "\n".join(lines) + "\n```\n")
 
 
 if __name__ == "__main__":

@@ -5,11 +5,13 @@ every applicable NVIDIA solution is timed side by side in one run with ``arbiter
 (device mode: CuPy events, L2 flushed, median with p20/p80), then gated fastest first until one passes;
 the fastest passing solution displaces the ``cupy_*`` reference only when its margin beats twice
 the spread; the tier default on a fresh key (tier order, first to pass) is reported beside it with its
-regret (its time over the fastest gated solution's). Peers: torch eager as its users call it (attention: ``F.scaled_dot_product_attention``;
-fft: ``torch.fft``; gated: ``F.silu(x @ wg) * (x @ wu)``; pointwise: one torch op per step) and, for
-layernorm and pointwise, a device-to-device copy of x (the bytes a one-pass kernel must move at least).
+regret (its time over the fastest gated solution's). Peers: torch eager as its users call it (attention:
+``F.scaled_dot_product_attention``; fft: ``torch.fft``; gated: ``F.silu(x @ wg) * (x @ wu)``; pointwise: one
+torch op per step) and, for layernorm and pointwise, a device-to-device copy of x (the bytes a one-pass kernel
+must move at least).
 
-Usage: python benchmarks/gpu_ops_suite.py [--out DIR] [--only OP] [--quick]
+Usage: python benchmarks/gpu_ops_suite.py [--out DIR] [--only OP] [--quick]; without a GPU it says "skipped"
+and exits 0.
 """
 from __future__ import annotations
 
@@ -22,13 +24,12 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
 
-from gpu_suite import DeviceCopy, _m, _ratio, _regret, _TorchViews, start  # noqa: E402
-
-from arbiter.candidates import REGISTRY, params_id  # noqa: E402
-from arbiter.suite import Problem, rows  # noqa: E402
-from arbiter.timing import measure  # noqa: E402
-from arbiter.tune import separated  # noqa: E402
-from arbiter.verify import verify  # noqa: E402
+from arbiter.candidates import REGISTRY, params_id
+from arbiter.suite import Problem, rows
+from arbiter.timing import measure
+from arbiter.tune import separated
+from arbiter.verify import verify
+from gpu_suite import DeviceCopy, TorchViews, regret_text, speedup, start, timing_row
 
 OPS = ("layernorm", "attention", "fft", "gated", "pointwise")
 
@@ -40,7 +41,8 @@ def _attn(b, h, q, k, d, dtype, causal):
 def problems(only: str | None, quick: bool) -> list[Problem]:
     out = {
         "layernorm": [rows("layernorm", 4096, 1024, d) for d in ("float32", "float16")]
-        + [rows("layernorm", 16384, 4096, d) for d in ("float32", "float16")] + [rows("layernorm", 4096, 768, "bfloat16")],
+        + [rows("layernorm", 16384, 4096, d) for d in ("float32", "float16")]
+        + [rows("layernorm", 4096, 768, "bfloat16")],
         "attention": [_attn(2, 8, 1024, 1024, 64, "float16", c) for c in ("0", "1")]
         + [_attn(2, 8, 512, 2048, 64, "float32", "0"), _attn(1, 16, 1, 4096, 128, "float16", "0"),
            _attn(1, 8, 2048, 2048, 128, "bfloat16", "1")],
@@ -64,7 +66,7 @@ def problems(only: str | None, quick: bool) -> list[Problem]:
     return chosen
 
 
-class TorchEager(_TorchViews):
+class TorchEager(TorchViews):
     """PyTorch as its users call it for each op, allocating its output."""
 
     name = "torch_eager"
@@ -157,21 +159,21 @@ def run_problem(problem: Problem, seed: int, torch_ok: bool, gate_log: list, cap
     # The best of each tier (timed, not necessarily gated) shows how far each tier is from the selection.
     by_tier = {}
     for cand, params, m, _ in ranked:
-        by_tier.setdefault(cand.tier.name, {"solution": cand.name + params_id(params), **_m(m)})
+        by_tier.setdefault(cand.tier.name, {"solution": cand.name + params_id(params), **timing_row(m)})
     return {
         "problem": problem.label, "op": problem.op, "dtype": problem.dtype, "dims": problem.dims,
         "bytes": sum(int(a.nbytes) for a in region.operands().values()) + int(region.alloc_out().nbytes),
-        "solutions": [{"solution": c.name + params_id(p), "tier": c.tier.name, **(_m(m) if m else {"error": e})}
+        "solutions": [{"solution": c.name + params_id(p), "tier": c.tier.name, **(timing_row(m) if m else {"error": e})}
                       for c, p, m, e in timings],
         "best_by_tier": by_tier,
         "selected": selected and {"solution": selected[0].name + params_id(selected[1]),
-                                  "tier": selected[0].tier.name, "rule": rule, **_m(selected[2])},
+                                  "tier": selected[0].tier.name, "rule": rule, **timing_row(selected[2])},
         "gate_failures": failed,
-        "vendor": vendor and {"solution": vendor[0].name, **_m(vendor[2])},
+        "vendor": vendor and {"solution": vendor[0].name, **timing_row(vendor[2])},
         "default": default and {"solution": default[0].name + params_id(default[1]), "tier": default[0].tier.name,
-                                **_m(default[2])},
-        "peers": {k: _m(v) for k, v in peers.items()},
-        "latency": {k: _m(v) for k, v in latency.items()},
+                                **timing_row(default[2])},
+        "peers": {k: timing_row(v) for k, v in peers.items()},
+        "latency": {k: timing_row(v) for k, v in latency.items()},
     }
 
 
@@ -187,10 +189,10 @@ def table(results: list[dict]) -> str:
         pct = f"{100 * copy['median_us'] / s['median_us']:.0f}%" if copy and s else "-"
         lines.append(
             f"| {r['problem']} | {s['solution'] if s else 'NONE'} | {s['median_us'] if s else math.nan:.1f} | "
-            f"{v['median_us'] if v else math.nan:.1f} | {t['median_us'] if t else math.nan:.1f} | {_ratio(v, s)} | "
-            f"{_ratio(t, s)} | {_ratio(r['latency'].get('torch_eager'), r['latency'].get('selected'))} | "
+            f"{v['median_us'] if v else math.nan:.1f} | {t['median_us'] if t else math.nan:.1f} | {speedup(v, s)} | "
+            f"{speedup(t, s)} | {speedup(r['latency'].get('torch_eager'), r['latency'].get('selected'))} | "
             + (f"{own_best['solution']} {own_best['median_us']:.1f}" if own_best else "-") + f" | {pct} | "
-            f"{r['default']['solution'] if r.get('default') else '-'} | {_regret(r)} |")
+            f"{r['default']['solution'] if r.get('default') else '-'} | {regret_text(r)} |")
     return "\n".join(lines)
 
 
@@ -199,14 +201,15 @@ def summary(results: list[dict]) -> str:
         xs = [x for x in xs if x and x > 0]
         return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
 
-    regrets = [float(_regret(r)) for r in results if _regret(r) != "-"]
+    regrets = [float(regret_text(r)) for r in results if regret_text(r) != "-"]
     lines = [f"default pick (tier order, fresh key) vs fastest gated: geomean {geo(regrets):.3f}x, "
              f"worst {max(regrets or [math.nan]):.2f}x over {len(regrets)} problems"]
     for op in OPS:
         rs = [r for r in results if r["op"] == op and r["selected"] and "torch_eager" in r["peers"]]
         if rs:
             lines.append(f"{op}: geomean selection vs torch eager "
-                         f"{geo([r['peers']['torch_eager']['median_us'] / r['selected']['median_us'] for r in rs]):.3f}x "
+                         f"{geo([r['peers']['torch_eager']['median_us'] / r['selected']['median_us'] for r in rs]):.3f}"
+                         f"x "
                          f"over {len(rs)} problems")
     return "\n".join(lines)
 
@@ -214,7 +217,7 @@ def summary(results: list[dict]) -> str:
 def main() -> int:
     started = start(__doc__.splitlines()[0], list(OPS))
     if started is None:
-        return 2
+        return 0
     args, torch_ok, env, stamp = started
     results, gate_log = [], []
     with open(os.path.join(args.out, "gpu_ops_suite.jsonl"), "w") as f:

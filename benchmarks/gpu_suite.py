@@ -16,7 +16,8 @@ otherwise the tier default is the selection. Latency mode (host call + synchroni
 the selection and the peers. One JSON line per problem goes to ``<out>/gpu_suite.jsonl``; a
 markdown table is printed last and written to ``<out>/gpu_suite.md``.
 
-Usage: python benchmarks/gpu_suite.py [--out DIR] [--only matmul|rows] [--quick]
+Usage: python benchmarks/gpu_suite.py [--out DIR] [--only matmul|rows] [--quick]; without a GPU it says
+"skipped" and exits 0.
 """
 from __future__ import annotations
 
@@ -27,15 +28,14 @@ import os
 import sys
 import time
 
-
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from arbiter import targets  # noqa: E402
-from arbiter.candidates import REGISTRY, Candidate, params_id  # noqa: E402
-from arbiter.suite import Problem, mm, rows  # noqa: E402
-from arbiter.timing import measure  # noqa: E402
-from arbiter.tune import separated  # noqa: E402
-from arbiter.verify import verify  # noqa: E402
+from arbiter import targets
+from arbiter.candidates import REGISTRY, Candidate, params_id
+from arbiter.suite import Problem, mm, rows
+from arbiter.timing import measure
+from arbiter.tune import separated
+from arbiter.verify import verify
 
 GEMM_SHAPES = [  # (M, N, K): cubes, skinny, GEMV (N == 1), M == 1, split-K territory
     (16, 16, 16), (32, 32, 32), (64, 64, 64), (128, 128, 128), (256, 256, 256), (512, 512, 512),
@@ -68,7 +68,7 @@ def problems(only: str | None, quick: bool) -> list[Problem]:
 
 
 # --- peers that are not arbiter candidates -------------------------------------------------------
-class _TorchViews(Candidate):
+class TorchViews(Candidate):
     """Base of peers working on cached torch views (so DLPack conversion is not in their time)."""
 
     target = "nvidia"
@@ -86,7 +86,7 @@ class _TorchViews(Candidate):
         return found[1]
 
 
-class TorchEager(_TorchViews):
+class TorchEager(TorchViews):
     """PyTorch as its users call it: the op's functional form, allocating its output."""
 
     name = "torch_eager"
@@ -119,7 +119,7 @@ class DeviceCopy(Candidate):
 
 
 # --- one problem ---------------------------------------------------------------------------------
-def _m(meas) -> dict:
+def timing_row(meas) -> dict:
     return {"median_us": meas.median_s * 1e6, "p20_us": meas.p20_s * 1e6, "p80_us": meas.p80_s * 1e6,
             "spread": meas.spread, "reps": meas.reps, "screened": meas.screened}
 
@@ -193,21 +193,21 @@ def run_problem(problem: Problem, seed: int, torch_ok: bool, gate_log: list) -> 
     return {
         "problem": problem.label, "op": problem.op, "dtype": problem.dtype, "dims": problem.dims,
         "bytes": nbytes, "flops": 2 * math.prod(problem.dims.values()) if problem.op == "matmul" else None,
-        "solutions": [{"solution": c.name + params_id(p), "tier": c.tier.name, **(_m(m) if m else {"error": e})}
+        "solutions": [{"solution": c.name + params_id(p), "tier": c.tier.name, **(timing_row(m) if m else {"error": e})}
                       for c, p, m, e in timings],
         "selected": selected and {"solution": selected[0].name + params_id(selected[1]), "tier": selected[0].tier.name,
-                                  "rule": rule, **_m(selected[2])},
+                                  "rule": rule, **timing_row(selected[2])},
         "gate_failures": failed,
-        "vendor": vendor and {"solution": vendor[0].name, **_m(vendor[2])},
+        "vendor": vendor and {"solution": vendor[0].name, **timing_row(vendor[2])},
         "default": default and {"solution": default[0].name + params_id(default[1]), "tier": default[0].tier.name,
-                                **_m(default[2])},
-        "peers": {k: _m(v) for k, v in peers.items()},
-        "latency": {k: _m(v) for k, v in latency.items()},
+                                **timing_row(default[2])},
+        "peers": {k: timing_row(v) for k, v in peers.items()},
+        "latency": {k: timing_row(v) for k, v in latency.items()},
     }
 
 
 # --- report --------------------------------------------------------------------------------------
-def _ratio(num: dict | None, den: dict | None) -> str:
+def speedup(num: dict | None, den: dict | None) -> str:
     """num/den as a speedup with the spread range from p20/p80: 'r (lo-hi)'."""
     if not num or not den or "median_us" not in num or "median_us" not in den:
         return "-"
@@ -226,14 +226,15 @@ def table(results: list[dict]) -> str:
         pct = f"{100 * copy['median_us'] / s['median_us']:.0f}%" if copy and s else "-"
         lat = r["latency"]
         lines.append(f"| {r['problem']} | {s['solution'] if s else 'NONE'} | "
-                     f"{s['median_us']:.1f} | {v['median_us'] if v else float('nan'):.1f} | {t['median_us'] if t else float('nan'):.1f} | "
-                     f"{_ratio(v, s)} | {_ratio(t, s)} | {_ratio(lat.get('vendor'), lat.get('selected'))} | "
-                     f"{_ratio(lat.get('torch_eager'), lat.get('selected'))} | {pct} | "
-                     f"{r['default']['solution'] if r.get('default') else '-'} | {_regret(r)} |")
+                     f"{s['median_us']:.1f} | {v['median_us'] if v else float('nan'):.1f} | "
+                     f"{t['median_us'] if t else float('nan'):.1f} | "
+                     f"{speedup(v, s)} | {speedup(t, s)} | {speedup(lat.get('vendor'), lat.get('selected'))} | "
+                     f"{speedup(lat.get('torch_eager'), lat.get('selected'))} | {pct} | "
+                     f"{r['default']['solution'] if r.get('default') else '-'} | {regret_text(r)} |")
     return "\n".join(lines)
 
 
-def _regret(r: dict) -> str:
+def regret_text(r: dict) -> str:
     """The default pick's device time over the fastest gated solution's (1.00 = the default is the best)."""
     d, s = r.get("default"), r.get("selected")
     if not d or not s:
@@ -250,7 +251,7 @@ def summary(results: list[dict]) -> str:
     sel = [r for r in results if r["selected"]]
     vs_torch = [r["peers"]["torch_eager"]["median_us"] / r["selected"]["median_us"] for r in sel
                 if "torch_eager" in r["peers"]]
-    vs_vendor = [r["vendor"]["median_us"] / r["selected"]["median_us"] for r in sel if r["vendor"]]  # noqa: E501
+    vs_vendor = [r["vendor"]["median_us"] / r["selected"]["median_us"] for r in sel if r["vendor"]]
     lat_torch = [r["latency"]["torch_eager"]["median_us"] / r["latency"]["selected"]["median_us"] for r in sel
                  if "torch_eager" in r["latency"]]
     def best_peer(r):
@@ -266,8 +267,8 @@ def summary(results: list[dict]) -> str:
         f"over {len(sel)} problems",
         f"worst selection vs best peer: {worst['problem']} at {wpeer / worst['selected']['median_us']:.3f}x",
         "default pick (tier order, fresh key) vs fastest gated: geomean "
-        f"{geo([float(_regret(r)) for r in sel if _regret(r) != '-']):.3f}x, worst "
-        f"{max([float(_regret(r)) for r in sel if _regret(r) != '-'] or [float('nan')]):.2f}x",
+        f"{geo([float(regret_text(r)) for r in sel if regret_text(r) != '-']):.3f}x, worst "
+        f"{max([float(regret_text(r)) for r in sel if regret_text(r) != '-'] or [float('nan')]):.2f}x",
         "row kernels >= 64 MB, selection time as % of same-byte copy: " + ", ".join(
             f"{r['problem']} {100 * r['peers']['copy']['median_us'] / r['selected']['median_us']:.0f}%"
             for r in big_rows),
@@ -276,7 +277,7 @@ def summary(results: list[dict]) -> str:
 
 def start(description: str, only: list[str]):
     """Parse the suite's arguments and check the GPU. Returns (args, torch_ok, env, stamp), or None
-    (after saying why) when the nvidia target is unavailable."""
+    (after saying "skipped" and why) when the nvidia target is unavailable: the caller exits 0 then."""
     ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--out", default=os.environ.get("OUT", "out"))
     ap.add_argument("--only", choices=only)
@@ -284,7 +285,7 @@ def start(description: str, only: list[str]):
     args = ap.parse_args()
     ok = targets.get("nvidia").available()
     if ok is not True:
-        print(f"nvidia target unavailable: {ok}")
+        print(f"{ap.prog}: skipped, nvidia target unavailable: {ok}")
         return None
     os.makedirs(args.out, exist_ok=True)
     try:
@@ -302,7 +303,7 @@ def start(description: str, only: list[str]):
 def main() -> int:
     started = start(__doc__.splitlines()[0], ["matmul", "rows"])
     if started is None:
-        return 2
+        return 0
     args, torch_ok, env, stamp = started
     results, gate_log = [], []
     suffix = f"_{args.only}" if args.only else ""

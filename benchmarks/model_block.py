@@ -163,7 +163,7 @@ def table(results: list[dict]) -> str:
     for r in results:
         p = r["paths"]
 
-        def us(name, mode="device"):
+        def us(name, mode="device", p=p):
             return p[name][mode]["median_us"] if name in p else float("nan")
 
         e = r["errors"]

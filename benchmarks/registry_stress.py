@@ -19,15 +19,15 @@ import or tune; goal 0), flush latency p50/p99/max, and the import's wall time a
 reads it).
 
 Usage: python benchmarks/registry_stress.py [--procs 64] [--seconds 60] [--db sqlite,postgresql]
-       [--import-keys 8000] [--pg URL] [--json]
-Quick mode: --procs 8 --seconds 5 --import-keys 500.
+       [--import-keys 8000] [--pg URL] [--json] [--quick] [--out DIR]
+``--quick``: --procs 4 --seconds 3 --import-keys 100 (a smoke run). ``--out DIR``: the table is also written to
+``DIR/registry_stress.md``.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -95,7 +95,7 @@ def worker(db: str, seconds: float, flush_every: float) -> None:
             except Exception as exc:
                 errors.append(f"flush: {type(exc).__name__}: {exc}")
             next_flush = time.monotonic() + flush_every
-    for attempt in range(10):  # the counts of a failed flush are still pending: try again
+    for _attempt in range(10):  # the counts of a failed flush are still pending: try again
         t = time.perf_counter()
         try:
             arbiter.flush()
@@ -164,7 +164,7 @@ def _pct(xs: list[float], q: float) -> float:
     if not xs:
         return float("nan")
     xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
+    return xs[min(len(xs) - 1, round(q * (len(xs) - 1)))]
 
 
 def _counted(db: str) -> int:
@@ -307,10 +307,14 @@ def main() -> None:
     ap.add_argument("--pg", default=os.environ.get("ARBITER_TEST_PG", ""),
                     help="PostgreSQL URL of a role that may CREATE DATABASE (default $ARBITER_TEST_PG)")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
+    ap.add_argument("--quick", action="store_true", help="--procs 4 --seconds 3 --import-keys 100 (smoke run)")
+    ap.add_argument("--out", help="also write the table to DIR/registry_stress.md")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--warm", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--tuner", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.quick:
+        args.procs, args.seconds, args.import_keys = 4, 3.0, 100
     if args.worker:
         return worker(os.environ["ARBITER_DB"], args.seconds, args.flush_every)
     if args.warm:
@@ -346,6 +350,9 @@ def main() -> None:
                     rows.append(run_one(name, url, export, args.procs, args.seconds, args.flush_every, log))
                 finally:
                     drop()
+    if args.out:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        (Path(args.out) / "registry_stress.md").write_text(table(rows) + "\n")
     if args.json:
         print(json.dumps(rows, indent=1))
     else:

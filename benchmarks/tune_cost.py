@@ -1,6 +1,6 @@
 """What tuning costs: wall time per key and per solution (gate and timing apart), on a fresh registry.
 
-    python benchmarks/tune_cost.py [--target cpu|nvidia] [--suite quick] [--budget-seconds 2]
+    python benchmarks/tune_cost.py [--target cpu|nvidia] [--suite quick] [--budget-seconds 2] [--quick] [--out DIR]
     python benchmarks/tune_cost.py --gate-ratio 2048 [--target cpu]      # gating one GEMM / one run of it
     python benchmarks/tune_cost.py --gemm 4096 --target nvidia           # per-solution tuning cost + TunableOp
     python benchmarks/tune_cost.py --gate-memory                         # first-call gating memory, 256 MiB softmax
@@ -9,6 +9,8 @@ For each key of the suite: the whole ``tune_region`` wall time, and for every so
 its F4 verdict took (probes + float64 oracle) and the seconds its timing took (warm-up included).
 On the nvidia target, the peer is PyTorch TunableOp: its first-call tuning of the same GEMM shapes
 (``torch.cuda.tunable``), measured in the same run as the first call minus a warm call.
+``--quick``: the suite's first two keys with a 0.2 s timing cap (a smoke run); ``--out DIR``: the per-key
+table is also written to ``DIR/tune_cost.md``.
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ import statistics
 import tempfile
 import time
 from collections import defaultdict
+from pathlib import Path
 
 from arbiter import dispatch
 from arbiter.candidates import params_id
@@ -148,8 +151,10 @@ def gemm_cost(size: int, target: str, dtypes: list[str], budget_s: float) -> Non
             gate_ms.append(r.verdict.seconds * 1e3)
             print(f"  {r.label:<48} gate {r.verdict.seconds * 1e3:8.1f} ms  timing {timed * 1e3:8.1f} ms  "
                   f"compile {compile_s:6.2f} s  {'pass' if r.verdict.passed else 'FAIL ' + r.verdict.reason[:60]}")
+        both_ms = [r.verdict.seconds * 1e3 + runner.seconds.get((r.candidate.name, params_id(r.params)), 0.0) * 1e3
+                   for r in rows]
         print(f"  per solution: median gate {statistics.median(gate_ms):.1f} ms, "
-              f"median gate+timing {statistics.median([r.verdict.seconds * 1e3 + runner.seconds.get((r.candidate.name, params_id(r.params)), 0.0) * 1e3 for r in rows]):.1f} ms (goal: <= 60 ms plus compile)")
+              f"median gate+timing {statistics.median(both_ms):.1f} ms (goal: <= 60 ms plus compile)")
         if target == "nvidia":
             peer = tunableop_cost([(size, size, size)], dtype)
             if peer:
@@ -168,7 +173,11 @@ def main():
     ap.add_argument("--gemm", type=int, metavar="N", help="only: tune one N^3 GEMM key per dtype (per solution)")
     ap.add_argument("--dtypes", default="float32,float16,bfloat16", help="dtypes for --gemm")
     ap.add_argument("--gate-memory", action="store_true", help="only: first-call gating memory of a 256 MiB softmax")
+    ap.add_argument("--quick", action="store_true", help="the suite's first 2 keys, 0.2 s timing cap (smoke run)")
+    ap.add_argument("--out", help="also write the per-key table to DIR/tune_cost.md")
     args = ap.parse_args()
+    if args.quick:
+        args.budget_seconds = 0.2
     print(f"{platform.node()} {platform.machine()}, target {args.target}, "
           f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     if args.gate_ratio:
@@ -180,13 +189,20 @@ def main():
         if args.target == "cpu":
             dtypes = [d for d in dtypes if d != "bfloat16"]
         return gemm_cost(args.gemm, args.target, dtypes, args.budget_seconds)
+    lines = []
+
+    def say(line: str) -> None:
+        print(line, flush=True)
+        lines.append(line)
+
     store = SqlStore(os.path.join(tempfile.mkdtemp(), "registry.db"))  # fresh: every verdict is computed
     dispatch.configure(store=store)
-    print(f"tune cost, {platform.node()} {platform.machine()}, target {args.target}, suite {args.suite!r}, "
+    say(f"tune cost, {platform.node()} {platform.machine()}, target {args.target}, suite {args.suite!r}, "
           f"timing cap {args.budget_seconds:g} s per key, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
-    print(f"{'key':<58} {'total s':>8} {'gate s':>7} {'time s':>7}  solutions")
+    say(f"{'key':<58} {'total s':>8} {'gate s':>7} {'time s':>7}  solutions")
     totals, gemms = [], []
-    for i, problem in enumerate(get_suite(args.suite)):
+    problems = get_suite(args.suite)
+    for i, problem in enumerate(problems[:2] if args.quick else problems):
         region = problem.region(args.target, seed=i)
         runner = TimedRunner()
         t0 = time.perf_counter()
@@ -194,22 +210,26 @@ def main():
         total = time.perf_counter() - t0
         gate = sum(r.verdict.seconds for r in decision.rows if r.verdict is not None)
         timing = sum(runner.seconds.values())
-        per = ", ".join(f"{r.label} {r.verdict.seconds:.2f}+{runner.seconds.get((r.candidate.name, params_id(r.params)), 0):.2f}"
+        per = ", ".join(f"{r.label} {r.verdict.seconds:.2f}+"
+                        f"{runner.seconds.get((r.candidate.name, params_id(r.params)), 0):.2f}"
                         for r in decision.rows if r.verdict is not None)
-        print(f"{problem.label:<58} {total:8.2f} {gate:7.2f} {timing:7.2f}  {per}")
+        say(f"{problem.label:<58} {total:8.2f} {gate:7.2f} {timing:7.2f}  {per}")
         totals.append(total)
         if problem.op == "matmul" and not any(v != "0" and v != "none" for v in problem.attrs.values()):
             gemms.append((problem.dims["m"], problem.dims["n"], problem.dims["k"], problem.dtype, total))
-    print(f"median per key {statistics.median(totals):.2f} s, total {sum(totals):.1f} s over {len(totals)} keys")
+    say(f"median per key {statistics.median(totals):.2f} s, total {sum(totals):.1f} s over {len(totals)} keys")
     if args.target == "nvidia" and gemms:
         for dtype in sorted({g[3] for g in gemms}):
             shapes = [(m, n, k) for m, n, k, d, _ in gemms if d == dtype]
             peer = tunableop_cost(shapes, dtype)
             for m, n, k, d, ours in gemms:
                 if d == dtype and (m, n, k) in peer:
-                    print(f"GEMM {m}x{n}x{k} {d}: arbiter (gate every solution + time) {ours:.2f} s, "
+                    say(f"GEMM {m}x{n}x{k} {d}: arbiter (gate every solution + time) {ours:.2f} s, "
                           f"TunableOp first-call tuning {peer[(m, n, k)]:.2f} s (no correctness check)")
     store.close()
+    if args.out:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        (Path(args.out) / "tune_cost.md").write_text("```\n" + "\n".join(lines) + "\n```\n")
 
 
 if __name__ == "__main__":

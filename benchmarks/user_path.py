@@ -30,8 +30,8 @@ def host_cost(n: int = 3000) -> dict:
     import numpy as np
 
     import arbiter
-    from arbiter.candidates.nvidia._rows import _launch_plan
     from arbiter.candidates.nvidia._cuda import kernel
+    from arbiter.candidates.nvidia._rows import _launch_plan
     from arbiter.regions import RMSNorm
 
     x = cp.asarray(np.random.default_rng(0).standard_normal((256, 512)), dtype=cp.float32)
@@ -39,7 +39,7 @@ def host_cost(n: int = 3000) -> dict:
     region = RMSNorm(x, w, eps=1e-6)
     arbiter.arbitrate("rmsnorm", region, force="rmsnorm_rows")
     params = arbiter.candidates.REGISTRY.get("rmsnorm_rows", "nvidia", "rmsnorm").param_space()[0]
-    fn, grid, block, ints, _ = _launch_plan("rmsnorm.cu", "rmsnorm_rows", region, cp.empty_like(x),
+    fn, grid, block, _, _ = _launch_plan("rmsnorm.cu", "rmsnorm_rows", region, cp.empty_like(x),
                                             params["threads"], 4, params["vec"], kernel)
     eps = np.float32(1e-6)
     rows, cols = np.int32(256), np.int32(512)
@@ -136,10 +136,10 @@ def torch_vs_bare(quick: bool) -> list[dict]:
     import torch
     import torch.nn.functional as F
 
+    from arbiter import run_arbitrated
     from arbiter.candidates import REGISTRY
     from arbiter.regions import LayerNorm, RMSNorm, Softmax
     from arbiter.timing import measure, measure_calls
-    from arbiter import run_arbitrated
 
     cases = [("softmax", "torch_softmax", (512, 50257), "float16"),
              ("rmsnorm", "torch_rmsnorm", (8192, 5120), "bfloat16"),
@@ -154,11 +154,11 @@ def torch_vs_bare(quick: bool) -> list[dict]:
         w = torch.randn(shape[1], device="cuda", dtype=x.dtype)
         b = torch.randn(shape[1], device="cuda", dtype=x.dtype)
         if op == "softmax":
-            make, direct = (lambda: Softmax(x)), (lambda: torch.softmax(x, -1))
+            make, direct = (lambda: Softmax(x)), (lambda: torch.softmax(x, -1))  # noqa: B023 (called in this iteration only)
         elif op == "rmsnorm":
-            make, direct = (lambda: RMSNorm(x, w, eps=1e-6)), (lambda: F.rms_norm(x, (shape[1],), w, 1e-6))
+            make, direct = (lambda: RMSNorm(x, w, eps=1e-6)), (lambda: F.rms_norm(x, (shape[1],), w, 1e-6))  # noqa: B023 (called in this iteration only)
         else:
-            make, direct = (lambda: LayerNorm(x, w, b, eps=1e-5)), (lambda: F.layer_norm(x, (shape[1],), w, b, 1e-5))
+            make, direct = (lambda: LayerNorm(x, w, b, eps=1e-5)), (lambda: F.layer_norm(x, (shape[1],), w, b, 1e-5))  # noqa: B023 (called in this iteration only)
         cand = REGISTRY.get(name, "nvidia", op)
         region = make()
         import arbiter
@@ -168,7 +168,7 @@ def torch_vs_bare(quick: bool) -> list[dict]:
         for mode in MODES:
             cand_m = measure(cand, {}, region, mode=mode, min_reps=10, max_reps=200, time_cap_s=0.5)
             bare_m = measure_calls([direct], "nvidia", mode=mode, min_reps=10, max_reps=200, time_cap_s=0.5)
-            full_m = measure_calls([lambda: run_arbitrated(op, make())], "nvidia", mode=mode, min_reps=10,
+            full_m = measure_calls([lambda: run_arbitrated(op, make())], "nvidia", mode=mode, min_reps=10,  # noqa: B023 (called in this iteration only)
                                    max_reps=200, time_cap_s=0.5)
             row[mode] = {"candidate_us": cand_m.median_s * 1e6, "candidate_spread": cand_m.spread,
                          "bare_torch_us": bare_m.median_s * 1e6, "bare_spread": bare_m.spread,
@@ -203,7 +203,7 @@ def regret(quick: bool) -> list[dict]:
     if quick:
         problems = problems[:2]
     out = []
-    for op, make in problems:
+    for _op, make in problems:
         region = make()
         decision = tune_region(region, dispatch.store(), mode="device", budget_s=3.0)
         passed = [r for r in decision.rows if r.status == "passed" and r.timing is not None]

@@ -10,7 +10,7 @@ import argparse
 import torch
 
 import arbiter
-import arbiter.torch  # noqa: F401  (registers torch.ops.arbiter.*)
+import arbiter.torch  # registers torch.ops.arbiter.*
 
 
 class Block(torch.nn.Module):

@@ -5,6 +5,7 @@ import numpy as np
 
 from arbiter import Candidate, Tier, register
 
+
 class RaisesWhenTimed(Candidate):
     name, target, op, tier = "raises_when_timed", "cpu", "rmsnorm", Tier.HAND_TUNED
     calls = 0

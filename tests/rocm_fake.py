@@ -157,7 +157,8 @@ class FakeHipblas(types.SimpleNamespace):
         def colmajor(ptr, rows, cols, ld):  # a column-major rows x cols matrix with leading dimension ld
             flat = np.ctypeslib.as_array((ctypes.c_byte * ((ld * (cols - 1) + rows) * np.dtype(dt).itemsize))
                                          .from_address(ptr.value)).view(dt)
-            return np.lib.stride_tricks.as_strided(flat, (rows, cols), (np.dtype(dt).itemsize, ld * np.dtype(dt).itemsize))
+            size = np.dtype(dt).itemsize
+            return np.lib.stride_tricks.as_strided(flat, (rows, cols), (size, ld * size))
 
         A = colmajor(a, *((m, k) if op_a == 111 else (k, m)), lda)
         B = colmajor(b, *((k, n) if op_b == 111 else (n, k)), ldb)

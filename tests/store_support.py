@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PG_ENV = "ARBITER_TEST_PG"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def postgres_server() -> tuple[str | None, str]:
     """``(admin URL, "")`` for a reachable PostgreSQL server, else ``(None, why not)``. Probed once a session."""
     url = os.environ.get(PG_ENV, "").strip()

@@ -23,7 +23,8 @@ from arbiter.regions import Matmul, RMSNorm, Softmax
 from arbiter.verify import compare
 
 CASES = collections.Counter()
-SETTINGS = settings(max_examples=int(__import__("os").environ.get("FUZZ_EXAMPLES", "60")), deadline=None, suppress_health_check=list(HealthCheck))
+SETTINGS = settings(max_examples=int(__import__("os").environ.get("FUZZ_EXAMPLES", "60")), deadline=None,
+                    suppress_health_check=list(HealthCheck))
 DTYPES = st.sampled_from(["float16", "float32", "float64"])
 SIZE = st.integers(min_value=0, max_value=40)
 
@@ -109,7 +110,7 @@ def rows_case(draw):
 @given(rows_case(), st.data())
 @SETTINGS
 def test_fuzz_softmax(case, data):
-    rng, x, dtype = case
+    _, x, _ = case
     poison(data.draw, [x])
     check("softmax", Softmax(x, axis=data.draw(st.integers(-x.ndim, x.ndim - 1))))
 

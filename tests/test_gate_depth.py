@@ -20,10 +20,27 @@ from arbiter.ops import op_kind
 from arbiter.regions import Attention, LayerNorm, Matmul, Pointwise, RMSNorm, Softmax
 from arbiter.verify import CHEAP_CHECK_WORK, check_output, probe_plan, verify
 from gpu_support import requires_gpu
-from wrong_candidates import (AttentionFixedScale, AttentionNoMax, Bf16Matmul, Bf16x3, BottomRightCausal,
-                              LayerNormNoEps, LayerNormOnePass, Memoized, PointwiseFixedScalar, ReluInPlace,
-                              ReversedSoftmax, RMSNormFixedEps, RMSNormNoEps, SameLengths, SoftmaxNoMax,
-                              SquareOnly, StrassenOnce, Wrong, _softmax_rows)
+from wrong_candidates import (
+    AttentionFixedScale,
+    AttentionNoMax,
+    Bf16Matmul,
+    Bf16x3,
+    BottomRightCausal,
+    LayerNormNoEps,
+    LayerNormOnePass,
+    Memoized,
+    PointwiseFixedScalar,
+    ReluInPlace,
+    ReversedSoftmax,
+    RMSNormFixedEps,
+    RMSNormNoEps,
+    SameLengths,
+    SoftmaxNoMax,
+    SquareOnly,
+    StrassenOnce,
+    Wrong,
+    _softmax_rows,
+)
 
 
 def _mm(dims, dtype="float32", **attrs):
@@ -278,7 +295,7 @@ def test_cheap_check_of_a_large_row_op_is_chunked_and_exact():
 
     rng = np.random.default_rng(3)
     region = Softmax.random("cpu", "float32", {"rows": 1500, "cols": 1000}, rng=rng)
-    assert 1500 * 1000 > verify_mod.CHUNK_ELEMENTS
+    assert verify_mod.CHUNK_ELEMENTS < 1500 * 1000
     y = _softmax_rows(region.x.astype(np.float64)).astype(np.float32)
     budget = arbiter.oracles.budgets.budget_for("softmax", "float32")
     assert check_output(region, y, budget, rng)[0] == ""
@@ -386,7 +403,7 @@ def test_cli_tune_allow_looser_tunes_the_consenting_key(tmp_path):
         import arbiter
         from wrong_candidates import Bf16Matmul
         arbiter.register(Bf16Matmul())
-    ''' % str(__import__("pathlib").Path(__file__).parent)))
+    ''' % str(__import__("pathlib").Path(__file__).parent)))  # noqa: UP031 (the template is Python code)
     env = {**__import__("os").environ, "ARBITER_PLUGINS": "looser_plugin",
            "PYTHONPATH": f"{tmp_path}:{__import__('os').environ.get('PYTHONPATH', '')}"}
     db = ["--db", str(tmp_path / "r.db")]

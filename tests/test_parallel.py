@@ -5,7 +5,6 @@ from arbiter.parallel import tune_parallel
 from arbiter.store.sql import SqlStore
 from arbiter.suite import mm, rows
 
-
 PROBLEMS = [mm(16, 16, 16), mm(33, 17, 9), mm(1, 64, 64), rows("softmax", 8, 100), rows("softmax", 9, 300),
             rows("rmsnorm", 8, 100)]
 

@@ -8,13 +8,12 @@ import sys
 
 import numpy as np
 import pytest
-from matmul_support import SlowVendor, mm
 from typer.testing import CliRunner
 
 import arbiter
 from arbiter import Candidate, Tier, dispatch
-from arbiter.candidates import Contract
 from arbiter import env as envmod
+from arbiter.candidates import Contract
 from arbiter.cli import app
 from arbiter.env import EnvironmentKey
 from arbiter.keys import ProblemKey
@@ -23,6 +22,7 @@ from arbiter.report import collect, render, work, write
 from arbiter.store import SolutionRecord
 from arbiter.store.sql import SqlStore
 from arbiter.tune import tune_region
+from matmul_support import SlowVendor, mm
 
 
 class FastEmitted(Candidate):

@@ -67,7 +67,7 @@ def test_requires_grad_inputs_get_the_reference_gradients(op, args):
     def leaves(values):
         out = []
         for a in values:
-            if torch.is_tensor(a) and a.is_floating_point() or torch.is_tensor(a) and a.is_complex():
+            if (torch.is_tensor(a) and a.is_floating_point()) or (torch.is_tensor(a) and a.is_complex()):
                 out.append(a.detach().clone().requires_grad_())
             elif isinstance(a, list) and a and torch.is_tensor(a[0]):
                 out.append([t.detach().clone().requires_grad_() for t in a])

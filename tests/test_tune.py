@@ -2,14 +2,13 @@
 import time
 
 import pytest
-from matmul_support import SlowVendor, mm
 
 import arbiter
 from arbiter import Candidate, Tier, dispatch
 from arbiter.regions import Matmul
 from arbiter.timing import Measurement, measure
 from arbiter.tune import separated, tune_region
-
+from matmul_support import SlowVendor, mm
 
 OVERHEAD_S = 0.003  # the vendor's 'library overhead' a call: what measurement beats
 

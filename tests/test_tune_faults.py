@@ -7,12 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+
 from arbiter import dispatch
 from arbiter.regions import RMSNorm
 from arbiter.store.sql import SqlStore
 from arbiter.tune import tune_region
-
-import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -23,8 +23,8 @@ import os
 import pkgutil
 import threading
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, ClassVar
 
 from arbiter import gate
 from arbiter.keys import params_id as params_id  # re-exported: the solution index's text, beside the candidates
@@ -145,12 +145,12 @@ class Candidate:
       so verdicts are taken again.
     """
 
-    name: ClassVar[str] = ""
-    target: ClassVar[str] = ""
-    op: ClassVar[str] = ""
-    tier: ClassVar[Tier] = Tier.HAND_TUNED
-    priority: ClassVar[int] = 0  # order within a tier: higher first
-    contract: ClassVar[Contract | None] = None
+    name: str = ""
+    target: str = ""
+    op: str = ""
+    tier: Tier = Tier.HAND_TUNED
+    priority: int = 0  # order within a tier: higher first
+    contract: Contract | None = None
 
     def available(self) -> bool | str:
         return True
@@ -241,7 +241,7 @@ _code_text: dict = {}
 _MAX_DEPTH = 3
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _installed_paths() -> tuple[str, ...]:
     import site
     import sysconfig
@@ -259,13 +259,13 @@ def _is_project_file(path: str | None) -> bool:
     return not any(path.startswith(p + os.sep) for p in _installed_paths())
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _package_version(module_name: str) -> str:
     top = module_name.split(".", 1)[0]
     return _distribution_version(top)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _distribution_version(top: str) -> str:
     from importlib import metadata
 
@@ -351,8 +351,9 @@ def _referenced_text(value, seen: set, depth: int) -> str:
     if inspect.ismodule(value):
         path = getattr(value, "__file__", None)
         if _is_project_file(path):
+            key: tuple
             try:  # keyed by the file's state: an edited (and reloaded) module is read again
-                st = os.stat(path)
+                st = os.stat(path)  # type: ignore[arg-type]  # a project file has a path
                 key = ("module", value.__name__, path, st.st_mtime_ns, st.st_size)
             except OSError:
                 key = ("module", value.__name__, path)
@@ -376,8 +377,8 @@ def _referenced_text(value, seen: set, depth: int) -> str:
         except (OSError, TypeError):
             return target.__qualname__
     if callable(value) and not hasattr(value, "dtype"):
-        module = getattr(value, "__module__", None) or type(value).__module__
-        return _package_version(module) if module else repr(type(value))
+        owner = getattr(value, "__module__", None) or type(value).__module__
+        return _package_version(owner) if owner else repr(type(value))
     return _value_text(value)
 
 

@@ -8,10 +8,12 @@ Each module adds its commands to ``app`` (``arbiter.cli.common``) when imported 
 from __future__ import annotations
 
 # Each registers its commands with ``app``, in this order (the order ``--help`` lists them).
+# isort: off
 from arbiter.cli import run  # noqa: F401
 from arbiter.cli import tune  # noqa: F401
 from arbiter.cli import registry  # noqa: F401
 from arbiter.cli import report  # noqa: F401
+# isort: on
 from arbiter.cli.common import app
 
 

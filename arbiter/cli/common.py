@@ -11,14 +11,13 @@ import os
 import re
 import textwrap
 import typing
-from typing import Optional
 
 import typer
-from typer.core import TyperCommand, TyperGroup
 from rich.text import Text
+from typer.core import TyperCommand, TyperGroup
 
 from arbiter import targets
-from arbiter.cli.output import console, lit  # noqa: F401  (commands import them from here)
+from arbiter.cli.output import console, lit
 from arbiter.errors import ArbiterError, RegistryError, TargetUnavailable
 
 DB_HELP = ("Registry: a file path or SQLAlchemy URL (default $ARBITER_DB, else ./registry.db). "
@@ -34,7 +33,8 @@ def _wrap(text: str, width: int, indent: str = "") -> str:
 
 
 # Typer carries its own copy of click: subclass the classes it uses, not the click package's.
-class _HelpFormatter(TyperCommand.context_class.formatter_class):
+# (their types are typer's click's, which mypy cannot follow through these class attributes)
+class _HelpFormatter(TyperCommand.context_class.formatter_class):  # type: ignore[name-defined]
     """``--help`` as click prints it, never breaking a word."""
 
     def write_text(self, text: str) -> None:
@@ -58,7 +58,7 @@ class _HelpFormatter(TyperCommand.context_class.formatter_class):
                 self.write(f"{'':>{first_col + self.current_indent}}{line}\n")
 
 
-class _Context(TyperCommand.context_class):
+class _Context(TyperCommand.context_class):  # type: ignore[misc,valid-type]  # see _HelpFormatter
     formatter_class = _HelpFormatter
 
 
@@ -88,21 +88,23 @@ def _with_global_options(command):
     """``command`` with a ``--db`` option added to its signature (Typer reads the signature)."""
 
     @functools.wraps(command)
-    def wrapper(*args, db: Optional[str] = None, **kwargs):
+    def wrapper(*args, db: str | None = None, **kwargs):
         _use_db(db)
         return command(*args, **kwargs)
 
     sig = inspect.signature(command, eval_str=True)
-    option = inspect.Parameter("db", inspect.Parameter.KEYWORD_ONLY, annotation=Optional[str],
+    option = inspect.Parameter("db", inspect.Parameter.KEYWORD_ONLY, annotation=str | None,
                                default=typer.Option(None, "--db", help=DB_HELP))
-    wrapper.__signature__ = sig.replace(parameters=[*sig.parameters.values(), option])
-    wrapper.__annotations__ = {**typing.get_type_hints(command), "db": Optional[str]}
+    # typer builds the command from this signature: the --db option joins the command's own
+    wrapper.__signature__ = sig.replace(parameters=[*sig.parameters.values(), option])  # type: ignore[attr-defined]
+    wrapper.__annotations__ = {**typing.get_type_hints(command), "db": str | None}
     return wrapper
 
 
 # rich_markup_mode=None: help texts are printed as written (an attribute like chain=mul[t]>relu keeps its
 # brackets; Rich markup would eat them).
-app = _App(cls=_Group, add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
+app = _App(cls=_Group, add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+           rich_markup_mode=None,
            help="kernel-arbiter: verify, measure and dispatch kernel candidates per problem key.")
 
 
@@ -116,10 +118,10 @@ def friendly(command):
             return command(*args, **kwargs)
         except RegistryError as exc:
             error(exc)
-            raise typer.Exit(1)
+            raise typer.Exit(1) from None
         except (ArbiterError, ValueError, KeyError) as exc:
             error(exc)
-            raise typer.Exit(2)
+            raise typer.Exit(2) from None
 
     return wrapper
 

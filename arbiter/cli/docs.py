@@ -8,6 +8,7 @@ from __future__ import annotations
 import inspect
 
 import typer
+from typer.core import TyperGroup
 
 from arbiter.cli import app
 
@@ -34,11 +35,13 @@ def _params(params, ctx) -> list[str]:
 def markdown() -> str:
     """The reference as Markdown: the root options, then every command in name order."""
     root = typer.main.get_command(app)
+    assert isinstance(root, TyperGroup)  # the app has commands: typer makes it a group
     ctx = root.make_context("arbiter", [], resilient_parsing=True)
     lines = [HEADER, "## `arbiter`", "", inspect.cleandoc(root.help or ""), "",
              "Usage: `arbiter [OPTIONS] COMMAND [ARGS]...`", "", *_params(root.params, ctx)]
     for name in root.list_commands(ctx):
         cmd = root.get_command(ctx, name)
+        assert cmd is not None  # a name list_commands gave
         sub = cmd.make_context(name, [], parent=ctx, resilient_parsing=True)
         usage = " ".join(cmd.collect_usage_pieces(sub))
         lines += [f"## `arbiter {name}`", "", inspect.cleandoc(cmd.help or ""), "",

@@ -14,14 +14,15 @@
 """
 from __future__ import annotations
 
+import itertools
 import os
 import sys
 import time
 
-from rich.console import Console
-from rich.measure import Measurement
 from rich.cells import cell_len
+from rich.console import Console
 from rich.containers import Lines
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
@@ -74,15 +75,14 @@ def _breaks(text: str) -> list[int]:
     (a key's segments split, a JSON parameter ``"tk":64`` stays whole)."""
     out = []
     for i, ch in enumerate(text[:-1]):
-        if ch in _BREAK_AFTER or (ch == ":" and (i == 0 or text[i - 1] != '"')):
-            if not text[i + 1].isspace():
-                out.append(i + 1)
+        if (ch in _BREAK_AFTER or (ch == ":" and (i == 0 or text[i - 1] != '"'))) and not text[i + 1].isspace():
+            out.append(i + 1)
     return out
 
 
 def _tokens(text: str) -> list[str]:
     cuts = [0, *_breaks(text), len(text)]
-    return [text[a:b].strip() for a, b in zip(cuts, cuts[1:])]
+    return [text[a:b].strip() for a, b in itertools.pairwise(cuts)]
 
 
 def _divide(text: str, width: int) -> list[int]:
@@ -116,8 +116,9 @@ class Literal(Text):
             parts = line.divide(_divide(line.plain, max(1, width)))
             for part in parts:
                 part.rstrip()
-            if justify or self.justify:
-                parts.justify(console, width, justify=justify or self.justify, overflow="fold")
+            how = justify or self.justify
+            if how:
+                parts.justify(console, width, justify=how, overflow="fold")
             lines.extend(parts)
         return lines
 

@@ -10,7 +10,7 @@ import json
 import os
 import time
 from contextlib import contextmanager
-from typing import Optional
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.table import Table
@@ -23,6 +23,9 @@ from arbiter.errors import RegistryError
 from arbiter.keys import ProblemKey
 from arbiter.store import inventory
 
+if TYPE_CHECKING:
+    from arbiter.store.sql import SqlStore
+
 
 @contextmanager
 def _registry_errors():
@@ -30,7 +33,7 @@ def _registry_errors():
         yield
     except RegistryError as exc:
         error(exc)
-        raise typer.Exit(1)
+        raise typer.Exit(1) from None
 
 
 def _where() -> str:
@@ -49,7 +52,7 @@ def _shown() -> str:
     return make_url(where).render_as_string(hide_password=True) if is_url(where) else where
 
 
-def _layers() -> list[tuple[str, object]]:
+def _layers() -> list[tuple[str, SqlStore]]:
     """[("user", SqlStore), ("system", SqlStore)] of the default store; [] when it fell back to memory."""
     from arbiter.store import default_store
 
@@ -85,7 +88,8 @@ def stats(
         return
     with _registry_errors():
         layers = _layers()
-        rows, stale = [], []
+        rows: list[dict[str, Any]] = []
+        stale = []
         for layer, sql in layers:
             tiers = sql.candidate_tiers()
             counts: dict[tuple, list[int]] = {}
@@ -124,9 +128,9 @@ def stats(
     for r in sorted(rows, key=lambda r: (r["state"] != "current", r["key"])):
         # "never dispatched" only when no process ever called the key: a load or a miss is a dispatch
         never = not any(r[c] for c in counted)
-        hits = lit("0 (never dispatched)", "yellow") if never else str(r["hits"])
+        hits_cell = lit("0 (never dispatched)", "yellow") if never else str(r["hits"])
         state = r["state"] + (f" [{r['layer']}]" if r["layer"] != "user" else "")
-        table.add_row(lit(r["key"]), lit(r["winner"]), r["policy"], r["tier"], hits,
+        table.add_row(lit(r["key"]), lit(r["winner"]), r["policy"], r["tier"], hits_cell,
                       *(str(r[c]) for c in counted[1:]), lit(state, "" if r["state"] == "current" else "red"))
     show(out, table)
     for e in stale:
@@ -174,7 +178,7 @@ def env_cmd(
     from arbiter.env import current_environment
     from arbiter.targets import TARGET_NAMES
 
-    found = {}
+    found: dict[str, dict] = {}
     for name in [target] if target else TARGET_NAMES:
         now, why = current_environment(name)
         found[name] = ({"fingerprint": now.fingerprint, "fields": now.as_dict()} if now is not None
@@ -215,7 +219,8 @@ def list_cmd(
     from arbiter.candidates import REGISTRY
     from arbiter.targets import TARGET_NAMES
 
-    rows, target_state = [], {}
+    rows: list[dict[str, Any]] = []
+    target_state: dict[str, tuple[bool, str]] = {}
     for name in TARGET_NAMES:
         ok, why = _target_status(name)
         try:
@@ -301,9 +306,8 @@ def doctor(repair: bool = typer.Option(False, "--repair", help="Move a corrupt r
                                                                "so a fresh one is created.")):
     """Check the user registry: readable, a registry, schema version, integrity, row counts, stale entries."""
     from arbiter.store.diagnostics import UnwritableRegistry, sqlite_path, to_url
-    from arbiter.store.sql import SqlStore
-
     from arbiter.store.migrate import NewerSchemaError
+    from arbiter.store.sql import SqlStore
 
     out = console(markup=False)  # paths and messages print as they are
     where = _where()
@@ -316,13 +320,14 @@ def doctor(repair: bool = typer.Option(False, "--repair", help="Move a corrupt r
     if path is not None and not os.path.exists(path):
         out.print(f"{path}: no registry yet (created on first use)", highlight=False)
         return
-    problems, sql = [], None
+    problems: list[str] = []
+    sql: SqlStore | None = None
     try:
         sql = SqlStore(where)
         problems = sql.integrity_check()
     except (UnwritableRegistry, NewerSchemaError) as exc:  # not ours to move: another user's, or a newer release's
         out.print(Text.assemble(("problem:", "red"), " ", lit(exc)), highlight=False, soft_wrap=True)
-        raise typer.Exit(1)
+        raise typer.Exit(1) from None
     except RegistryError as exc:
         problems = [str(exc)]
     if problems:
@@ -342,6 +347,7 @@ def doctor(repair: bool = typer.Option(False, "--repair", help="Move a corrupt r
         dest = _move_aside(path)
         out.print(f"moved {path} aside to {dest}; a fresh registry will be created at {path}", highlight=False)
         return
+    assert sql is not None  # no problems: it opened
     counts = sql.table_counts()
     stale = inventory.stale_environments(sql)
     out.print(f"{sql.where}: ok, schema v{sql.version()}, integrity ok ({sql.checks()}); "
@@ -351,9 +357,9 @@ def doctor(repair: bool = typer.Option(False, "--repair", help="Move a corrupt r
 
 @app.command("export")
 def export_cmd(
-    file: Optional[str] = typer.Argument(None, help="JSON file to write."),
-    env: Optional[str] = typer.Option(None, "--env", help="With --out: the environment fingerprint to publish."),
-    out: Optional[str] = typer.Option(None, "--out", help="Instead of JSON: write a read-only SQLite registry "
+    file: str | None = typer.Argument(None, help="JSON file to write."),
+    env: str | None = typer.Option(None, "--env", help="With --out: the environment fingerprint to publish."),
+    out: str | None = typer.Option(None, "--out", help="Instead of JSON: write a read-only SQLite registry "
                                                           "of --env's solutions and verdicts (ARBITER_SYSTEM_DB)."),
 ):
     """Write the user registry (environments, candidates, verdicts, measurements, solutions) as JSON; or, with

@@ -3,17 +3,21 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from arbiter.cli.common import app, console, friendly, lit
 from arbiter.errors import RegistryError
 
+if TYPE_CHECKING:
+    from arbiter.store.sql import SqlStore
 
-def _read_only_layers() -> list[tuple[str, object]]:
+
+def _read_only_layers() -> list[tuple[str, SqlStore]]:
     """The user registry (and ``$ARBITER_SYSTEM_DB``) opened read-only: a report never writes or creates one."""
-    from arbiter.store.layered import DEFAULT_PATH
     from arbiter.store.diagnostics import sqlite_path, to_url
+    from arbiter.store.layered import DEFAULT_PATH
     from arbiter.store.sql import SqlStore
 
     where = os.environ.get("ARBITER_DB") or DEFAULT_PATH

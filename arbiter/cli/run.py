@@ -11,7 +11,8 @@ from rich.table import Table
 import arbiter
 from arbiter import cpu_threads, dispatch, select
 from arbiter import env as envmod
-from arbiter.cli.common import app, console as make_console, friendly, lit
+from arbiter.cli.common import app, friendly, lit
+from arbiter.cli.common import console as make_console
 from arbiter.cli.output import Steps, show
 from arbiter.errors import NoCandidateError
 from arbiter.select import Status
@@ -142,6 +143,7 @@ def run(
         for _ in range(calls):
             arbiter.run_arbitrated(problem.op, region, policy="tier" if policy == "tune" else policy)
         route = dispatch.route(region.key.id)
+        assert route is not None  # run_arbitrated above installed it
         record = st.load_solution(region.key.id, env.fingerprint)
         failed, gated, default = _gate_counts(region, st, env)
         margin, runner_up = _margin(record, st, region.key.id, env, default) if record else ("", "")

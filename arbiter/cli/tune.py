@@ -4,7 +4,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from typing import List, Optional
 
 import numpy as np
 import typer
@@ -15,7 +14,8 @@ from rich.text import Text
 from arbiter import cpu_threads, dispatch, select
 from arbiter import env as envmod
 from arbiter.candidates import REGISTRY
-from arbiter.cli.common import app, console as make_console, friendly, lit, require_target
+from arbiter.cli.common import app, friendly, lit, require_target
+from arbiter.cli.common import console as make_console
 from arbiter.cli.output import Steps, show
 from arbiter.errors import NoCandidateError
 from arbiter.keys import ProblemKey
@@ -23,7 +23,8 @@ from arbiter.ops import op_kind
 from arbiter.select import Status
 from arbiter.solution import ChosenBy, Solution
 from arbiter.store import inventory
-from arbiter.suite import Problem, suite as get_suite
+from arbiter.suite import Problem
+from arbiter.suite import suite as get_suite
 from arbiter.tune import budget_clock, explain_rows, tune_region
 
 
@@ -107,37 +108,37 @@ def _recorded_problems(target: str) -> list[Problem]:
 @app.command()
 @friendly
 def tune(
-    op: Optional[str] = typer.Option(None, help="Op to tune: matmul, softmax, rmsnorm, ..."),
-    shape: List[str] = typer.Option([], help="Shape(s) like 512x512x512 (matmul MxNxK) or 4096x1024 (rows x cols)."),
-    dtype: List[str] = typer.Option(["float32"], help="Dtype(s)."),
+    op: str | None = typer.Option(None, help="Op to tune: matmul, softmax, rmsnorm, ..."),
+    shape: list[str] = typer.Option([], help="Shape(s) like 512x512x512 (matmul MxNxK) or 4096x1024 (rows x cols)."),
+    dtype: list[str] = typer.Option(["float32"], help="Dtype(s)."),
     activation: str = typer.Option("none", help="matmul epilogue activation."),
     bias: bool = typer.Option(False, help="matmul epilogue: add a bias."),
     residual: bool = typer.Option(False, help="matmul epilogue: add a residual."),
-    attr: List[str] = typer.Option([], "--attr", help="Op attribute name=value (causal=1, kind=r2c, "
+    attr: list[str] = typer.Option([], "--attr", help="Op attribute name=value (causal=1, kind=r2c, "
                                                        "chain=mul[t]>relu, ...)."),
-    suite: Optional[str] = typer.Option(None, help="Tune a built-in suite instead of --op/--shape."),
+    suite: str | None = typer.Option(None, help="Tune a built-in suite instead of --op/--shape."),
     from_recorded: bool = typer.Option(False, "--from-recorded", help="Tune the keys recorded by policy 'record'."),
     retune_stale: bool = typer.Option(False, "--retune-stale", help="Also tune keys whose solution is stale here."),
     target: str = typer.Option("cpu", help="Target: cpu, nvidia or rocm."),
     mode: str = typer.Option("device", help="Timing mode that decides: device (events around one call), "
                                             "latency (host clock + synchronize) or stream (back-to-back calls); "
                                             "GPUs record all three."),
-    budget_seconds: Optional[float] = typer.Option(None, help="Stop starting new keys after this many seconds."),
+    budget_seconds: float | None = typer.Option(None, help="Stop starting new keys after this many seconds."),
     force: bool = typer.Option(False, help="Re-tune keys that already have a measured solution here."),
     dry_run: bool = typer.Option(False, "--dry-run", help="List the keys that would be tuned; tune nothing."),
     workers: int = typer.Option(1, min=1, help="Worker processes sharing the keys (CPU)."),
-    devices: Optional[str] = typer.Option(None, help="GPU ids, e.g. 0,1: one worker per device."),
+    devices: str | None = typer.Option(None, help="GPU ids, e.g. 0,1: one worker per device."),
     isolate: bool = typer.Option(False, help="Verify and time each solution in a child process, so a crash, hang "
                                              "or memory exhaustion fails only that solution."),
     allow_looser: bool = typer.Option(False, "--allow-looser", help="Consent to candidates declaring accuracy "
                                       "looser than the op's budget (keys get accuracy=looser)."),
-    env_fingerprint: Optional[str] = typer.Option(None, "--env", help="Tune for this stored environment "
+    env_fingerprint: str | None = typer.Option(None, "--env", help="Tune for this stored environment "
                                                   "fingerprint instead of this host's own (a compatible host: "
                                                   "results are stored under it)."),
     watch: bool = typer.Option(False, "--watch", help="With --from-recorded: keep claiming keys as production "
                                                       "records them, until SIGINT/SIGTERM."),
     poll_seconds: float = typer.Option(5.0, min=0.01, help="--watch: seconds between looks for new keys."),
-    watch_seconds: Optional[float] = typer.Option(None, min=0, help="--watch: stop after this many seconds."),
+    watch_seconds: float | None = typer.Option(None, min=0, help="--watch: stop after this many seconds."),
     lease_seconds: float = typer.Option(60.0, min=0.1, help="A key's claim lasts this long unless renewed "
                                                             "(renewed every third of it while tuning); a dead "
                                                             "host's key is taken over after it."),
@@ -202,13 +203,13 @@ def tune(
         return
     if todo and (warning := cpu_threads.busy(target)):
         console.print(lit(f"warning: {warning}", "yellow"), highlight=False)
-    runner = None
+    inner = None
     if isolate:
         from arbiter.isolate import Isolated
 
-        runner = Isolated()
+        inner = Isolated()
     steps = Steps()
-    runner = _Reporting(runner, steps)
+    runner = _Reporting(inner, steps)
     if fleet_store is not None:
         _tune_claimed(console, st, fleet_store, env, target, todo, runner, steps, mode, from_recorded, force,
                       watch, poll_seconds, watch_seconds, lease_seconds, budget_seconds)
@@ -233,7 +234,7 @@ def tune(
             cand_task = progress.add_task(f"  {problem.label}", total=n)
             try:
                 decision = tune_region(region, st, mode=mode, runner=runner,
-                                       progress=lambda row, m: progress.advance(cand_task))
+                                       progress=lambda row, m, task=cand_task: progress.advance(task))
             except NoCandidateError as exc:
                 steps.say(f"key {i}/{len(todo)} {problem.label}: no solution passed the gate")
                 console.print(lit(exc, "red"))
@@ -251,8 +252,8 @@ def tune(
 
 def _claims_store():
     """The registry database claims live in; None when the registry is in memory (nothing to share)."""
-    from arbiter.store.claims import sql_store
     from arbiter.errors import RegistryError
+    from arbiter.store.claims import sql_store
 
     try:
         return sql_store(dispatch.store())
@@ -415,15 +416,15 @@ def explain(
     activation: str = typer.Option("none", help="matmul epilogue activation."),
     bias: bool = typer.Option(False, help="matmul epilogue: add a bias."),
     residual: bool = typer.Option(False, help="matmul epilogue: add a residual."),
-    attr: List[str] = typer.Option([], "--attr", help="Op attribute name=value (causal=1, kind=r2c, "
+    attr: list[str] = typer.Option([], "--attr", help="Op attribute name=value (causal=1, kind=r2c, "
                                                        "chain=mul[t]>relu, ...)."),
     target: str = typer.Option("cpu", help="Target: cpu, nvidia or rocm."),
-    source: Optional[str] = typer.Option(None, help="Also print the code of this candidate (e.g. a synthesized kernel)."),
+    source: str | None = typer.Option(None, help="Also print the code of this candidate (e.g. a synthesized kernel)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
     allow_looser: bool = typer.Option(False, "--allow-looser", help="Explain the key that consents to candidates "
                                       "declaring accuracy looser than the op's budget (accuracy=looser)."),
 ):
-    """For one key: every solution with its exclusion reason, verdict and error, stored timings, and why the winner won."""
+    """For one key: every solution with its exclusion reason, verdict and error, stored timings, and why the winner won."""  # noqa: E501 (one line: it is the command's help)
     console = make_console()
     if allow_looser:
         dispatch.configure(looser_accuracy=True)
@@ -435,7 +436,7 @@ def explain(
         decision = select.decide(region, st, gate_all=True, all_params=True)
     except NoCandidateError as exc:
         console.print(lit(exc, "red"))
-        raise typer.Exit(1)
+        raise typer.Exit(1) from None
     stored = st.load_solution(region.key.id, decision.env.fingerprint)
     rows = explain_rows(decision, st)
     if stored is not None:
@@ -450,16 +451,16 @@ def explain(
     table = Table(title=lit(f"EXPLAIN {problem.label}  [{region.key.id}]"), title_justify="left")
     for col in ("solution", "tier", "status", "reason / rel error", "device µs", "latency µs", "spread", ""):
         table.add_column(col, no_wrap=col in ("status", "device µs", "latency µs", "spread"))
-    for r in rows:
-        detail = r["reason"] or (f"{r['rel_error']:.2e}" if r["rel_error"] is not None and
-                                 not np.isnan(r["rel_error"]) else "")
-        if r["looser_budget"]:
+    for d in rows:
+        detail = d["reason"] or (f"{d['rel_error']:.2e}" if d["rel_error"] is not None and
+                                 not np.isnan(d["rel_error"]) else "")
+        if d["looser_budget"]:
             detail += " (declared budget, looser than published)"
-        tier = r["tier"] + (f"\n{r['contract']}" if r["contract"] else "")  # a delegate shows its contract
-        table.add_row(lit(r["solution"]), lit(tier), r["status"], lit(shorten(detail)), _fmt_us(r["device_us"] and
-                      r["device_us"] * 1e-6), _fmt_us(r["latency_us"] and r["latency_us"] * 1e-6),
-                      f"{r['spread'] * 100:.1f}%" if r["spread"] is not None else "",
-                      ("WINNER" + (" (screened)" if r["screened"] else "")) if r["winner"] else "")
+        tier = d["tier"] + (f"\n{d['contract']}" if d["contract"] else "")  # a delegate shows its contract
+        table.add_row(lit(d["solution"]), lit(tier), d["status"], lit(shorten(detail)), _fmt_us(d["device_us"] and
+                      d["device_us"] * 1e-6), _fmt_us(d["latency_us"] and d["latency_us"] * 1e-6),
+                      f"{d['spread'] * 100:.1f}%" if d["spread"] is not None else "",
+                      ("WINNER" + (" (screened)" if d["screened"] else "")) if d["winner"] else "")
     table.caption = lit(why)
     table.caption_justify = "left"
     show(console, table)

@@ -20,7 +20,7 @@ class Budget:
     atol: float
     rtol: float
 
-    def looser_than(self, other: "Budget") -> bool:
+    def looser_than(self, other: Budget) -> bool:
         return self.rel_fro > other.rel_fro or self.atol > other.atol or self.rtol > other.rtol
 
 

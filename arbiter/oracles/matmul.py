@@ -8,6 +8,7 @@ import numpy as np
 
 from arbiter.oracles import array_module, host64
 
+
 def erf(z):
     """Elementwise erf. A device reference (``oracles.on_device``) uses CuPy's; on the host SciPy's (vectorised)
     when installed, else ``math.erf`` per element (exact, slower). SciPy is imported on first use, not with
@@ -19,7 +20,7 @@ def erf(z):
     return _host_erf()(z)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _host_erf():
     # Found once, never stored in a module global: a global that changes on first use would change the
     # behaviour identity of every candidate that references this module between two processes.

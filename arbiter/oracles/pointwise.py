@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 
 from arbiter.oracles import host64
 
-UNARY = {
+UNARY: dict[str, Callable] = {
     "neg": np.negative,
     "abs": np.abs,
     "relu": lambda v: np.maximum(v, 0.0),

@@ -15,8 +15,17 @@ handed down.
 """
 from __future__ import annotations
 
-from arbiter.store.base import (CountDelta, MeasurementRecord, MemoryStore, SolutionRecord, Store, Verdict,
-                                VerdictKey, set_tier_lookup, tier_of)
+from arbiter.store.base import (
+    CountDelta,
+    MeasurementRecord,
+    MemoryStore,
+    SolutionRecord,
+    Store,
+    Verdict,
+    VerdictKey,
+    set_tier_lookup,
+    tier_of,
+)
 
 __all__ = ["CountDelta", "MeasurementRecord", "MemoryStore", "SolutionRecord", "Store", "Verdict", "VerdictKey",
            "default_store", "set_tier_lookup", "tier_of"]

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Callable
 
 from arbiter.oracles.budgets import Budget
 from arbiter.solution import ChosenBy, Solution, TimingMode

@@ -61,7 +61,7 @@ def _insert_ignoring_duplicates(conn):
     if conn.dialect.name == "postgresql":
         from sqlalchemy.dialects.postgresql import insert as dialect_insert
     elif conn.dialect.name == "sqlite":
-        from sqlalchemy.dialects.sqlite import insert as dialect_insert
+        from sqlalchemy.dialects.sqlite import insert as dialect_insert  # type: ignore[assignment]  # same API
     else:  # another dialect: the unique constraint still holds; a lost race is retried by SqlStore.transact
         return insert(ClaimRow)
     return dialect_insert(ClaimRow).on_conflict_do_nothing(index_elements=["key", "env"])
@@ -197,7 +197,7 @@ class Claims:
         self.sql.transact(lambda conn: conn.execute(update(ClaimRow).where(*self._mine(key, env)).values(
             state="open", holder="", expires=0.0, updated=utcnow())), write=True)
 
-    def lease(self, key: str, env: str) -> "Lease":
+    def lease(self, key: str, env: str) -> Lease:
         return Lease(self, key, env)
 
 

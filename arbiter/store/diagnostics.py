@@ -79,7 +79,8 @@ def check_sqlite_file(path: str, fix: str | None = None) -> None:
     except FileNotFoundError:
         return
     except IsADirectoryError:
-        raise RegistryError(f"{path}: is a folder, not a registry file. {fix or 'Give the path of a file in it.'}")
+        raise RegistryError(f"{path}: is a folder, not a registry file. {fix or 'Give the path of a file in it.'}") \
+            from None
     except OSError as exc:
         raise RegistryError(f"{path}: cannot be read ({exc.strerror}; {ownership(path)}). "
                             f"{fix or 'Ask its owner for access, or use another --db/ARBITER_DB.'}") from exc

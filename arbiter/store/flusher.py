@@ -34,7 +34,7 @@ import os
 import signal
 import threading
 import warnings
-from typing import Callable
+from collections.abc import Callable
 
 INTERVAL_S = 2.0
 SIGNAL_FLUSH_S = 10.0  # how long a SIGTERM/SIGHUP waits for the last flush before the process ends anyway

@@ -28,8 +28,9 @@ CURRENT, STALE, NOT_CHECKED = "current", "stale", "not checked"
 
 def layers(store: Store) -> list[tuple[str, SqlStore]]:
     """[("user", SqlStore), ("system", SqlStore)] behind ``store``; [] when it is wholly in memory."""
-    layered = isinstance(store, LayeredStore) and not isinstance(store, ReadOnlyUserStore)
-    pairs = [("user", store.user), ("system", store.system)] if layered else [("user", store)]
+    pairs: list[tuple[str, Store]] = [("user", store)]
+    if isinstance(store, LayeredStore) and not isinstance(store, ReadOnlyUserStore):
+        pairs = [("user", store.user), ("system", store.system)]
     # A user registry this process cannot write is served read-only under an in-memory layer: that one.
     pairs = [(name, s.system if isinstance(s, ReadOnlyUserStore) else s) for name, s in pairs]
     return [(name, s) for name, s in pairs if isinstance(s, SqlStore)]

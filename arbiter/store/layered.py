@@ -31,7 +31,7 @@ class LayeredStore(Store):
         return f"<LayeredStore {self.user!r} over {self.system!r}>"
 
     @property
-    def persistent(self):
+    def persistent(self):  # type: ignore[override]  # derived: a layered store persists as its user layer
         return self.user.persistent  # every write goes to the user layer
 
     def transaction(self):
@@ -97,7 +97,8 @@ def open_user(where: str) -> Store:
         fix = "Make it writable for you, or set ARBITER_DB or --db to a path of your own."
         if exc.readable:
             kept = SqlStore(where, readonly=True, fix=f"Nothing was changed. {fix}")
-            store, what = ReadOnlyUserStore(MemoryStore(), kept), "Its solutions are served read-only; new results"
+            store: Store = ReadOnlyUserStore(MemoryStore(), kept)
+            what = "Its solutions are served read-only; new results"
         else:
             store, what = MemoryStore(), "Using an in-memory registry: new results"
         if where not in _warned:

@@ -11,12 +11,23 @@ compiled for the connection's dialect, and ``CREATE TABLE`` from the models).
 """
 from __future__ import annotations
 
-from sqlalchemy import inspect, select, update
+from sqlalchemy import delete, insert, inspect, select, update
 from sqlalchemy.engine import Connection
 
 from arbiter.errors import RegistryError
-from arbiter.store.models import (SCHEMA_VERSION, Base, CandidateRow, ClaimRow, CounterRow, MeasurementRow, RecordedKey,
-                                  SchemaVersion, SolutionRow, VerdictRow, utcnow)
+from arbiter.store.models import (
+    SCHEMA_VERSION,
+    Base,
+    CandidateRow,
+    ClaimRow,
+    CounterRow,
+    MeasurementRow,
+    RecordedKey,
+    SchemaVersion,
+    SolutionRow,
+    VerdictRow,
+    utcnow,
+)
 
 
 def _add_column(conn: Connection, model, name: str, fill) -> None:
@@ -33,7 +44,7 @@ def _v1_to_v2(conn: Connection) -> None:
     for name in ("p20_s", "p80_s", "warmup_s"):
         _add_column(conn, MeasurementRow, name, None)
     _add_column(conn, MeasurementRow, "screened", False)
-    RecordedKey.__table__.create(conn)
+    RecordedKey.__table__.create(conn)  # type: ignore[attr-defined]  # a mapped class's __table__ is a Table
 
 
 def _v2_to_v3(conn: Connection) -> None:
@@ -54,7 +65,7 @@ def _v3_to_v4(conn: Connection) -> None:
 def _v4_to_v5(conn: Connection) -> None:
     """v5: ``claims``, fleet hosts' leases on tuning a key under an environment (``arbiter.store.claims``);
     empty at first: claims are offered from recorded keys and tune's key lists when hosts ask for work."""
-    ClaimRow.__table__.create(conn)
+    ClaimRow.__table__.create(conn)  # type: ignore[attr-defined]  # a mapped class's __table__ is a Table
 
 
 STEPS = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5}
@@ -110,6 +121,6 @@ def upgrade(conn: Connection, where: str) -> int:
         for version in range(found, SCHEMA_VERSION):
             STEPS[version](conn)
     if found != SCHEMA_VERSION:
-        conn.execute(SchemaVersion.__table__.delete())
-        conn.execute(SchemaVersion.__table__.insert().values(version=SCHEMA_VERSION, upgraded=utcnow()))
+        conn.execute(delete(SchemaVersion))
+        conn.execute(insert(SchemaVersion).values(version=SCHEMA_VERSION, upgraded=utcnow()))
     return found

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 
-from sqlalchemy import Integer, select
+from sqlalchemy import Integer, insert, select
 
 from arbiter.errors import RegistryError
 from arbiter.store.models import CandidateRow, Environment, ProblemKeyRow, SolutionRow, VerdictRow
@@ -65,7 +65,7 @@ def publish(source, fingerprint: str, out: str) -> dict[str, int]:
                                     (CandidateRow, "candidates"), (VerdictRow, "verdicts"),
                                     (SolutionRow, "solutions")):
                     if found[name]:
-                        conn.execute(model.__table__.insert(), found[name])
+                        conn.execute(insert(model), found[name])
 
             target.transact(write, write=True)
         finally:

@@ -27,6 +27,7 @@ import json
 import math
 import os
 from datetime import timezone
+from typing import Any
 
 from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.engine import make_url
@@ -35,12 +36,30 @@ from arbiter import env as envmod
 from arbiter.errors import RegistryError
 from arbiter.keys import ProblemKey, params_id
 from arbiter.oracles.budgets import Budget
-from arbiter.store.base import CountDelta, MeasurementRecord, SolutionRecord, Store, Verdict, VerdictKey, tier_of
 from arbiter.store import migrate
-from arbiter.store.diagnostics import (SYSTEM_FIX, UnwritableRegistry, check_sqlite_file, ownership, repair_hint,
-                                       schema_problems, sqlite_path, to_url, unwritable_reason)
-from arbiter.store.models import (SCHEMA_VERSION, CandidateRow, CounterRow, Environment, MeasurementRow,
-                                  ProblemKeyRow, RecordedKey, SolutionRow, VerdictRow)
+from arbiter.store.base import CountDelta, MeasurementRecord, SolutionRecord, Store, Verdict, VerdictKey, tier_of
+from arbiter.store.diagnostics import (
+    SYSTEM_FIX,
+    UnwritableRegistry,
+    check_sqlite_file,
+    ownership,
+    repair_hint,
+    schema_problems,
+    sqlite_path,
+    to_url,
+    unwritable_reason,
+)
+from arbiter.store.models import (
+    SCHEMA_VERSION,
+    CandidateRow,
+    CounterRow,
+    Environment,
+    MeasurementRow,
+    ProblemKeyRow,
+    RecordedKey,
+    SolutionRow,
+    VerdictRow,
+)
 from arbiter.store.transactions import Database
 
 
@@ -432,7 +451,7 @@ class SqlStore(Database, Store):
         """Every stored environment: fingerprint, target, fields, and how many rows of each kind use it."""
         def read(conn):
             envs = conn.execute(select(Environment.fingerprint, Environment.target, Environment.fields)).all()
-            counts = {}
+            counts: dict[str, dict[str, int]] = {}
             for name, model in (("solutions", SolutionRow), ("verdicts", VerdictRow),
                                 ("measurements", MeasurementRow), ("counters", CounterRow),
                                 ("recorded", RecordedKey)):
@@ -455,7 +474,7 @@ class SqlStore(Database, Store):
                          write=False)
         return dict(rows)
 
-    def verdicts(self, env: str | None = None) -> list[tuple[VerdictKey, str, object]]:
+    def verdicts(self, env: str | None = None) -> list[tuple[VerdictKey, str, Any]]:  # Any: verify.Verdict
         """Every stored verdict (only ``env``'s when given) as (VerdictKey, candidate name, Verdict); read-only."""
         names = dict(self.transact(lambda conn: conn.execute(select(CandidateRow.identity, CandidateRow.name)).all(),
                                write=False))

@@ -17,6 +17,7 @@ import random
 import threading
 import time
 import weakref
+from typing import Any
 
 from sqlalchemy import create_engine, event
 from sqlalchemy.engine import URL, make_url
@@ -34,7 +35,7 @@ _TRANSIENT = ("database is locked", "database is busy", "deadlock detected", "co
               "database table is locked")
 _TRANSIENT_SQLSTATES = ("40P01", "40001")  # deadlock detected, serialization failure: retry the transaction
 
-_LIVE: "weakref.WeakSet[Database]" = weakref.WeakSet()  # open databases, made fit for a forked child
+_LIVE: weakref.WeakSet[Database] = weakref.WeakSet()  # open databases, made fit for a forked child
 
 
 def _after_fork_in_child() -> None:
@@ -51,11 +52,11 @@ def make_engine(url: URL, readonly: bool):
         return create_engine(url, pool_pre_ping=True)
     # --- SQLite branch -------------------------------------------------------
     memory = sqlite_path(url) is None
-    kwargs = {"connect_args": {"check_same_thread": False, "timeout": BUSY_TIMEOUT_MS / 1000}}
+    kwargs: dict[str, Any] = {"connect_args": {"check_same_thread": False, "timeout": BUSY_TIMEOUT_MS / 1000}}
     if memory:
         kwargs["poolclass"] = StaticPool  # one connection, or each thread would see its own empty database
     if readonly and not memory:
-        url = readonly_sqlite_url(u.database)
+        url = readonly_sqlite_url(u.database)  # type: ignore[arg-type]  # a file: memory is handled above
     engine = create_engine(url, **kwargs)
 
     @event.listens_for(engine, "connect")

@@ -27,20 +27,36 @@ import re
 import time
 from collections.abc import Iterator
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated, Any, Final, Literal
 
-from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError, field_validator,
-                      model_validator)
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from sqlalchemy import insert, select, update
 
 from arbiter.env import EnvironmentKey
 from arbiter.errors import RegistryError
 from arbiter.keys import ProblemKey
 from arbiter.ops import OPS
-from arbiter.store.models import (SCHEMA_VERSION, CandidateRow, Environment, MeasurementRow, ProblemKeyRow,
-                                  SolutionRow, VerdictRow, utcnow)
+from arbiter.store.models import (
+    SCHEMA_VERSION,
+    CandidateRow,
+    Environment,
+    MeasurementRow,
+    ProblemKeyRow,
+    SolutionRow,
+    VerdictRow,
+    utcnow,
+)
 
-FORMAT = "kernel-arbiter-registry"
+FORMAT: Final = "kernel-arbiter-registry"
 Text = Field(max_length=4096)
 # An export of 100,000 solutions with their verdicts and measurements is about 100 MiB; a file far larger is not
 # an export, and is refused before it is read. Files below it are streamed, never held whole in memory.
@@ -71,8 +87,8 @@ Probe = Annotated[str, Field(max_length=256)]
 
 
 def _scalar(x) -> bool:
-    return (x is None or isinstance(x, (bool, int)) and abs(x) < 2**63
-            or isinstance(x, float) and math.isfinite(x) or isinstance(x, str) and len(x) <= 256)
+    return (x is None or (isinstance(x, (bool, int)) and abs(x) < 2**63)
+            or (isinstance(x, float) and math.isfinite(x)) or (isinstance(x, str) and len(x) <= 256))
 
 
 def _solution_index(v: dict) -> dict:
@@ -82,7 +98,7 @@ def _solution_index(v: dict) -> dict:
     if len(v) > 64:
         raise ValueError(f"{len(v)} parameters; a solution index has at most 64")
     for name, x in v.items():
-        if len(name) > 128 or not (_scalar(x) or isinstance(x, list) and len(x) <= 64 and all(map(_scalar, x))):
+        if len(name) > 128 or not (_scalar(x) or (isinstance(x, list) and len(x) <= 64 and all(map(_scalar, x)))):
             raise ValueError(f"parameter {name[:40]!r}: must be a bool, integer, finite number, string of at "
                              f"most 256 characters, or a list of at most 64 of those")
     return v
@@ -279,8 +295,9 @@ def write_export(data: RegistryExport, path: str) -> None:
         f.write(data.model_dump_json(indent=1))
 
 
-_MODELS = {"environments": EnvironmentModel, "candidates": CandidateModel, "verdicts": VerdictModel,
-           "measurements": MeasurementModel, "solutions": SolutionModel}
+_MODELS: dict[str, type[_Model]] = {
+    "environments": EnvironmentModel, "candidates": CandidateModel, "verdicts": VerdictModel,
+    "measurements": MeasurementModel, "solutions": SolutionModel}
 
 
 class _Header(_Model):
@@ -327,7 +344,7 @@ class _Stream:
 
     def _ws(self) -> str:
         while True:
-            self.pos = self._WS.match(self.buf, self.pos).end()
+            self.pos = self._WS.match(self.buf, self.pos).end()  # type: ignore[union-attr]  # \s* always matches
             if self.pos < len(self.buf) or not self._fill():
                 return self.buf[self.pos:self.pos + 1]
 
@@ -409,9 +426,11 @@ class ExportFile:
 
 def _scan(path: str, f) -> ExportFile:
     """Validate every entry of an open export file; raises ImportFileError listing up to 20 faults."""
-    problems, more = [], 0
+    problems: list[str] = []
+    more = 0
     header, counts, seen = {}, dict.fromkeys(SECTIONS, 0), set()
-    envs, idents, refs = set(), set(), {}
+    envs, idents = set(), set()
+    refs: dict[tuple[str, str], str] = {}  # (kind, value) -> where the file first refers to it
 
     def fault(where: str, msg: str):
         nonlocal more
@@ -437,7 +456,7 @@ def _scan(path: str, f) -> ExportFile:
             seen.add(name)
             counts[name] += 1
             try:
-                row = _MODELS[name].model_validate(value)
+                row: Any = _MODELS[name].model_validate(value)  # that section's model
             except ValidationError as exc:
                 for err in exc.errors():
                     loc = ".".join(str(p) for p in (name, i, *err["loc"]))
@@ -474,6 +493,7 @@ def _scan(path: str, f) -> ExportFile:
         raise ImportFileError(f"{path}: not a valid kernel-arbiter export; nothing was imported:\n"
                               + "\n".join(problems) + tail
                               + "\nFix those fields, or write the file again with `arbiter export`.")
+    assert parsed is not None  # a header that did not validate is a fault above
     return ExportFile(path, parsed, counts)
 
 
@@ -521,10 +541,10 @@ def import_registry(store, data: ExportFile | RegistryExport, *, overwrite: bool
     A crash between batches leaves the batches before it imported, each whole: importing the file again adds
     the rest (identical rows are skipped). Imported verdicts are stored with origin "imported" (never served).
     """
-    report = {"added": dict.fromkeys(SECTIONS, 0), "replaced": 0, "unchanged": 0, "conflicts": [],
+    report: dict[str, Any] = {"added": dict.fromkeys(SECTIONS, 0), "replaced": 0, "unchanged": 0, "conflicts": [],
               "conflict_counts": dict.fromkeys(SECTIONS[2:], 0), "batches": 0, "longest_batch_s": 0.0}
     for batch in _batches(data):
-        part = {"added": dict.fromkeys(SECTIONS, 0), "replaced": 0, "unchanged": 0, "conflicts": [],
+        part: dict[str, Any] = {"added": dict.fromkeys(SECTIONS, 0), "replaced": 0, "unchanged": 0, "conflicts": [],
                 "conflict_counts": dict.fromkeys(SECTIONS[2:], 0)}
 
         def write(conn, batch=batch, part=part):
@@ -550,7 +570,8 @@ def import_registry(store, data: ExportFile | RegistryExport, *, overwrite: bool
     return report
 
 
-_MERGE = {  # section: (model, columns that identify a row, columns compared for a conflict, extra values)
+# section: (model, columns that identify a row, columns compared for a conflict, extra values)
+_MERGE: dict[str, tuple[Any, tuple[str, ...], tuple[str, ...], dict]] = {
     "verdicts": (VerdictRow, ("identity", "params", "key", "env"), ("passed",), {"origin": "imported"}),
     "measurements": (MeasurementRow, ("key", "env", "candidate", "params", "mode"), ("median_s",), {}),
     "solutions": (SolutionRow, ("key", "env"), ("candidate", "params"), {}),
@@ -574,10 +595,10 @@ def _write_batch(conn, batch, report, overwrite) -> None:
             elif not found.fields and row.fields:  # checked: these fields digest to this fingerprint
                 conn.execute(update(Environment).where(Environment.fingerprint == row.fingerprint)
                              .values(fields=row.fields))
-        elif section == "candidates":
-            if conn.execute(select(CandidateRow.identity).where(CandidateRow.identity == row.identity)).first() is None:
-                conn.execute(insert(CandidateRow).values(**row.model_dump()))
-                report["added"]["candidates"] += 1
+        elif section == "candidates" and conn.execute(
+                select(CandidateRow.identity).where(CandidateRow.identity == row.identity)).first() is None:
+            conn.execute(insert(CandidateRow).values(**row.model_dump()))
+            report["added"]["candidates"] += 1
     if keys:
         known = set(conn.execute(select(ProblemKeyRow.id).where(ProblemKeyRow.id.in_(keys))).scalars())
         parsed = [(k, ProblemKey.parse(k)) for k in keys if k not in known]

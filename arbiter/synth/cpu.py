@@ -123,6 +123,7 @@ def load_source(text: str, stem: str, module_prefix: str, kernels: dict[str, Syn
                 tmp.write_text(text)
                 os.replace(tmp, path)  # atomic: a concurrent process never imports half a file
             spec = importlib.util.spec_from_file_location(f"{module_prefix}_{digest}", path)
+            assert spec is not None and spec.loader is not None  # a .py path always has a spec and a loader
             module = importlib.util.module_from_spec(spec)
             sys.modules[spec.name] = module  # numba's disk cache finds the kernel's globals by module name
             spec.loader.exec_module(module)

@@ -94,9 +94,11 @@ def pointwise_kernel(steps, dtype: str, vec: int) -> Kernel:
         chain=">".join(chain) or "copy", dtype=dtype, vec=vec,
         body="\n".join(lines) or "    // copy",
         chain_params="".join(f", float r{i}" for i in range(tensors)) + "".join(f", float {s}" for s in s_names),
-        kernel_params="".join(f", const T* __restrict__ {t}" for t in t_names) + "".join(f", float {s}" for s in s_names),
+        kernel_params="".join(f", const T* __restrict__ {t}" for t in t_names)
+        + "".join(f", float {s}" for s in s_names),
         vec_decls="".join(f", {t}v[VEC]" for t in t_names),
-        vec_loads="".join(f"        unpack16(__ldg(reinterpret_cast<const uint4*>({t}) + i), {t}v);\n" for t in t_names),
+        vec_loads="".join(f"        unpack16(__ldg(reinterpret_cast<const uint4*>({t}) + i), {t}v);\n"
+                          for t in t_names),
         vec_args="".join(f", {t}v[e]" for t in t_names) + "".join(f", {s}" for s in s_names),
         scalar_args="".join(f", to_f({t}[i])" for t in t_names) + "".join(f", {s}" for s in s_names),
     )

@@ -8,14 +8,15 @@ target; nothing here imports a GPU library until that target is asked for.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 
 import numpy as np
 
 TARGET_NAMES = ("cpu", "nvidia", "rocm")
-_targets: dict[str, "Target"] = {}
+_targets: dict[str, Target] = {}
 # type(array) -> (target name, adopt function); filled as array types are first seen,
 # so a warm region construction costs one dict lookup to find its target.
-_by_type: dict[type, tuple[str, object]] = {}
+_by_type: dict[type, tuple[str, Callable]] = {}
 
 
 def register_array_type(array_type: type, name: str, adopt) -> None:

@@ -10,7 +10,7 @@ says exactly what ran.
 from __future__ import annotations
 
 import hashlib
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 from arbiter.targets.nvidia import cupy_module
@@ -20,7 +20,7 @@ DTYPE_MACRO = {"float32": "ARB_F32", "float16": "ARB_F16", "bfloat16": "ARB_BF16
 VEC16 = {"float32": 4, "float16": 8, "bfloat16": 8}  # elements per 16-byte load
 
 
-@lru_cache(maxsize=None)
+@cache
 def template(name: str) -> str:
     """The text of a kernel template file (``TEMPLATE_DIR``)."""
     return (TEMPLATE_DIR / name).read_text()

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import re
-from typing import NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 
@@ -25,10 +25,11 @@ from arbiter.errors import TargetUnavailable
 from arbiter.targets import Target
 
 # The hip-python boundary: bound on first use by bindings(); tests inject fakes here.
-hip = None
-hiprtc = None
-hipblas = None  # None when hip-python's libraries part (hipBLAS) is not installed
-hipblaslt = None
+# Typed Any: a hip-python module once bound (or a test's fake), None before; callers bind first.
+hip: Any = None
+hiprtc: Any = None
+hipblas: Any = None  # None when hip-python's libraries part (hipBLAS) is not installed
+hipblaslt: Any = None
 hip_python_version = "absent"
 
 # Header-free: hiprtc supplies the HIP device runtime itself.
@@ -57,7 +58,8 @@ def bindings():
     global hip, hiprtc, hipblas, hipblaslt, hip_python_version
     if hip is None:
         import hip as package
-        from hip import hip as runtime, hiprtc as rtc
+        from hip import hip as runtime
+        from hip import hiprtc as rtc
 
         try:
             from hip import hipblas as blas
@@ -156,7 +158,7 @@ class RocmArray:
         self.allocation, self._anchor, self._meta = allocation, anchor, meta
 
     @classmethod
-    def empty(cls, shape, dtype, order: str = "C") -> "RocmArray":
+    def empty(cls, shape, dtype, order: Literal["C", "F"] = "C") -> RocmArray:
         dtype = np.dtype(dtype)
         shape = tuple(int(s) for s in shape)
         layout = np.empty(shape, dtype=np.uint8, order=order)  # strides in elements of one byte...
@@ -184,12 +186,12 @@ class RocmArray:
         return self.allocation.ptr + self.offset
 
     @property
-    def data(self) -> "DevicePointer":
+    def data(self) -> DevicePointer:
         """CuPy's spelling of the address (``a.data.ptr``), so launch planning shared with the nvidia
         target (alignment checks) reads a RocmArray as it reads a CuPy array."""
         return DevicePointer(self.ptr)
 
-    def __getitem__(self, index) -> "RocmArray":
+    def __getitem__(self, index) -> RocmArray:
         view = self._meta[index]
         if not isinstance(view, np.ndarray):
             raise IndexError("RocmArray: index with slices (a view); an element read needs to_host()")
@@ -228,7 +230,7 @@ def kernel_args(args) -> tuple:
     np.int64 -> long long, np.float32 -> float). Anything else is refused: a Python int or float
     has no fixed C width, and guessing one would shift every argument after it.
     """
-    packed = []
+    packed: list = []  # ctypes values of several C types
     for i, arg in enumerate(args):
         if isinstance(arg, RocmArray):
             packed.append(ctypes.c_void_p(arg.ptr))

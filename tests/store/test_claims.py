@@ -32,8 +32,8 @@ def test_each_key_goes_to_one_holder_and_a_lapsed_lease_to_the_next(backend):
 
     time.sleep(0.7)  # host-a's lease on key(1) runs out without renewal: host-b takes it over
     assert cb.claim(ENV) == got[0] and cb.claim(ENV) is None
-    with pytest.raises(LostClaim, match="no longer held by host-a"):
-        with a.transaction():  # host-a wakes up late: its result and its done mark commit nothing
+    # host-a wakes up late: its result and its done mark commit nothing
+    with pytest.raises(LostClaim, match="no longer held by host-a"), a.transaction():
             _tuned(a, got[0])
             ca.finish(got[0], ENV)
     assert a.load_measurements(got[0], ENV) == [] and backend.query(db, "select count(*) from solutions") == [(0,)]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -54,7 +55,7 @@ def test_export_import_merges_and_reports_conflicts(backend, tmp_path, monkeypat
     sb.save_solution(SolutionRecord(key(1), "lab_kernel", "lab_kernel@1", {"tile": 64}, "measured", ENV, 0.5))
     monkeypatch.setenv("ARBITER_DB", a)
     assert _invoke("export", f).exit_code == 0
-    doc = json.loads(open(f).read())
+    doc = json.loads(Path(f).read_text())
     assert doc["format"] == "kernel-arbiter-registry" and doc["schema_version"] == SCHEMA_VERSION
     monkeypatch.setenv("ARBITER_DB", b)
     result = _invoke("import", f)

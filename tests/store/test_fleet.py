@@ -28,7 +28,7 @@ def _env(**extra):
 
 
 def _start(tmp_path, name, *args, **extra):
-    out = open(tmp_path / f"{name}.log", "w")
+    out = open(tmp_path / f"{name}.log", "w")  # noqa: SIM115 (the child writes to it after this returns)
     proc = subprocess.Popen([sys.executable, SCRIPT, *args], cwd=tmp_path, env=_env(**extra), stdout=out,
                             stderr=subprocess.STDOUT)
     proc.log = tmp_path / f"{name}.log"

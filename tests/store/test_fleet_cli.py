@@ -51,7 +51,8 @@ def test_a_v3_or_v4_registry_is_upgraded_to_v5_with_an_empty_claims_table(backen
     st.close()
     # as a v4 (or v3) kernel-arbiter left the file: no claims table (nor counters.loads, verdicts.origin)
     v3 = "; ALTER TABLE counters DROP COLUMN loads; ALTER TABLE verdicts DROP COLUMN origin"
-    backend.script(db, "DROP TABLE claims" + (v3 if start == 3 else "") + f"; UPDATE schema_version SET version = {start}")
+    backend.script(db, "DROP TABLE claims" + (v3 if start == 3 else "")
+                   + f"; UPDATE schema_version SET version = {start}")
     again = SqlStore(db)
     assert again.version() == SCHEMA_VERSION
     assert [(c.hits, c.misses, c.fallbacks, c.loads) for c in again.counts()] == [(7, 2, 1, 4 if start == 4 else 0)]

@@ -12,13 +12,13 @@ import os
 import pickle
 import stat
 import warnings
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from arbiter.errors import RegistryError
-from arbiter.store import SolutionRecord, VerdictKey, default_store
-from arbiter.store import layered
+from arbiter.store import SolutionRecord, VerdictKey, default_store, layered
 from arbiter.store.sql import SqlStore
 from tests.store._workers import ENV, LabCandidate, key, verdict
 
@@ -108,7 +108,7 @@ def test_a_registry_in_a_read_only_folder_is_served_read_only_and_left_as_it_was
     folder = open_dir / "ro"
     folder.mkdir()
     db = _registry_with_rows(folder / "registry.db")
-    before = open(db, "rb").read()
+    before = Path(db).read_bytes()
     folder.chmod(0o555)
     monkeypatch.setenv("ARBITER_DB", db)
     monkeypatch.delenv("ARBITER_SYSTEM_DB", raising=False)
@@ -130,13 +130,13 @@ def test_a_registry_in_a_read_only_folder_is_served_read_only_and_left_as_it_was
     assert db in message and "folder" in message and "served read-only" in message and "ARBITER_DB" in message
     assert prune_rc == 1 and "not writable by you" in prune_out and "nothing was changed" in prune_out
     folder.chmod(0o755)
-    assert open(db, "rb").read() == before and sorted(os.listdir(folder)) == ["registry.db"]
+    assert Path(db).read_bytes() == before and sorted(os.listdir(folder)) == ["registry.db"]
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to make a file another user's (chown) and test as them")
 def test_a_registry_file_owned_by_another_user_is_named_with_its_owner_and_untouched(open_dir, monkeypatch):
     db = _registry_with_rows(open_dir / "theirs.db")
-    before = open(db, "rb").read()
+    before = Path(db).read_bytes()
     os.chmod(db, 0o600)  # owner only: root's file, opened below by nobody
     open_dir.chmod(0o777)  # the folder is writable: only the file's owner keeps others out
     monkeypatch.setenv("ARBITER_DB", db)
@@ -156,7 +156,7 @@ def test_a_registry_file_owned_by_another_user_is_named_with_its_owner_and_untou
     assert db in message and "owned by root (uid 0)" in message and "you are nobody" in message
     assert "mode 0600" in message and "ARBITER_DB" in message
     assert doctor_rc == 1 and db in doctor_out and "mode 0600" in doctor_out
-    assert open(db, "rb").read() == before and _solution_count(db) == 3
+    assert Path(db).read_bytes() == before and _solution_count(db) == 3
     assert stat.S_IMODE(os.stat(db).st_mode) == 0o600 and sorted(os.listdir(open_dir)) == ["theirs.db"]
 
 

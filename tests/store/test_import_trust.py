@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -21,7 +20,7 @@ from arbiter.candidates.cpu.numpy_softmax import NumpySoftmax
 from arbiter.regions import Softmax
 from arbiter.store import SolutionRecord
 from arbiter.store.sql import SqlStore
-from arbiter.store.transfer import export_registry, write_export
+from arbiter.store.transfer import export_registry
 from tests.store._workers import ENV, key
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -106,8 +105,8 @@ def test_an_environment_whose_fields_are_not_its_fingerprint_is_refused_by_entry
 
 
 def _lab_export(tmp_path) -> dict:
-    from tests.store._workers import LabCandidate, verdict
     from arbiter.store import MeasurementRecord, VerdictKey
+    from tests.store._workers import LabCandidate, verdict
 
     st = SqlStore(str(tmp_path / "src.db"))
     cand = LabCandidate()
@@ -167,8 +166,8 @@ def _big_export(path, solutions: int) -> None:
     with open(path, "w") as f:
         f.write(json.dumps({"format": "kernel-arbiter-registry", "schema_version": SCHEMA_VERSION,
                             "exported": "2026-01-01T00:00:00Z"})[:-1])
-        f.write(', "environments": [{"fingerprint": "%s", "target": "lab", "fields": {}}]' % ENV)
-        f.write(', "candidates": [{"identity": "%s", "name": "lab_kernel", "target": "lab", "op": "matmul", '
+        f.write(', "environments": [{"fingerprint": "%s", "target": "lab", "fields": {}}]' % ENV)  # noqa: UP031 (JSON braces)
+        f.write(', "candidates": [{"identity": "%s", "name": "lab_kernel", "target": "lab", "op": "matmul", '  # noqa: UP031 (JSON braces)
                 '"tier": "EMITTED", "contract": null}]' % ident)
         for section in ("verdicts", "measurements", "solutions"):
             f.write(f', "{section}": [\n')

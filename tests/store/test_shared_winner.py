@@ -48,14 +48,14 @@ def test_a_forced_winner_survives_a_call_with_a_non_contiguous_weight_from_anoth
     assert (before.candidate_name, before.chosen_by) == (FUSED, "forced")
 
     # Another process calls the same key with a strided weight: the fused kernel does not apply to it.
-    served, hits, loads, misses, fallbacks = _call("rmsnorm_strided", db)
+    served, _, loads, misses, fallbacks = _call("rmsnorm_strided", db)
     assert served != FUSED and fallbacks == "1"  # served by a stand-in, counted as a fallback
 
     after = SqlStore(db).load_solution(region.key.id, fingerprint)
     assert (after.candidate_name, after.chosen_by, after.created) == (FUSED, "forced", before.created)
     assert len(SqlStore(db).solutions()) == 1
     # and every other process is still served the shared winner
-    served, hits, loads, misses, fallbacks = _call("rmsnorm", db)
+    served, _, loads, misses, fallbacks = _call("rmsnorm", db)
     assert (served, loads, misses, fallbacks) == (FUSED, "1", "0", "0")
 
 

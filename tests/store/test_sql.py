@@ -7,14 +7,15 @@ import math
 import sqlite3
 import threading
 import warnings
+from pathlib import Path
 
 import pytest
 
 from arbiter.errors import RegistryError
 from arbiter.store import CountDelta, MeasurementRecord, MemoryStore, SolutionRecord, VerdictKey, default_store
+from arbiter.store.diagnostics import to_url
 from arbiter.store.layered import LayeredStore
 from arbiter.store.models import SCHEMA_VERSION
-from arbiter.store.diagnostics import to_url
 from arbiter.store.sql import SqlStore
 from tests.store._workers import ENV, LabCandidate, key, verdict
 
@@ -214,7 +215,7 @@ def test_layering_reads_user_first_then_system_and_writes_only_to_user(backend, 
     sys_store.save_solution(SolutionRecord(key(1), "lab_kernel", "lab_kernel@1", {"tile": 8}, "measured", ENV))
     sys_store.save_solution(SolutionRecord(key(2), "lab_kernel", "lab_kernel@1", {"tile": 8}, "measured", ENV))
     sys_store.close()
-    before = open(system_db, "rb").read()
+    before = Path(system_db).read_bytes()
     user_db = backend.new()
     monkeypatch.setenv("ARBITER_DB", user_db)
     monkeypatch.setenv("ARBITER_SYSTEM_DB", system_db)
@@ -228,4 +229,4 @@ def test_layering_reads_user_first_then_system_and_writes_only_to_user(backend, 
         st.system.save_solution(SolutionRecord(key(3), "lab_kernel", "x", {}, "tier", ENV))
     assert sqlite3.connect(system_db).execute("select count(*) from solutions").fetchone() == (2,)
     assert backend.query(user_db, "select count(*) from solutions") == [(1,)]
-    assert open(system_db, "rb").read() == before
+    assert Path(system_db).read_bytes() == before

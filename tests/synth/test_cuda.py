@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from arbiter.synth import Chain, Operand, Step
-from arbiter.synth import cuda
+from arbiter.synth import Chain, Operand, Step, cuda
 
 CHAIN = Chain((Operand("bias", "row"), Operand("residual", "full")),
               (Step("add", "bias"), Step("act", "gelu"), Step("add", "residual")))

@@ -11,6 +11,7 @@ from arbiter.candidates import REGISTRY
 from arbiter.targets.nvidia import NvidiaTarget
 from gpu_support import requires_gpu
 
+
 def test_unavailable_without_cupy_gives_the_reason(monkeypatch):
     monkeypatch.setitem(sys.modules, "cupy", None)  # makes `import cupy` raise ImportError
     reason = NvidiaTarget().available()
@@ -89,7 +90,7 @@ def test_torch_cuda_tensors_are_adopted_zero_copy_and_results_come_back_as_torch
 
     a = torch.randn(33, 17, device="cuda")
     b = torch.randn(17, 9, device="cuda")
-    name, native, back = targets.adopt(a)
+    name, native, _ = targets.adopt(a)
     assert name == "nvidia" and native is a  # kept as it is: CuPy views only when a CuPy kernel runs
     from arbiter.targets.nvidia import cupy_view
 

@@ -2,8 +2,8 @@
 
 Each query row (parallel over batch x heads x q_len) walks the keys in blocks of ``block``: it
 computes the block's scores into a ``block``-long scratch, and keeps an online softmax, the
-running maximum ``m``, denominator ``l`` and un-normalised output ``acc[d]``; when a block raises
-the maximum, ``l`` and ``acc`` are rescaled by ``exp(m_old - m_new)``. Memory beyond q, k, v and
+running maximum ``m``, denominator ``den`` and un-normalised output ``acc[d]``; when a block raises
+the maximum, ``den`` and ``acc`` are rescaled by ``exp(m_old - m_new)``. Memory beyond q, k, v and
 out is O(block + d) per thread instead of the composed version's ``q_len x k_len`` per head.
 Causal (top-left aligned) rows stop at key ``i``, so masked blocks are never computed.
 
@@ -16,8 +16,16 @@ from __future__ import annotations
 import numpy as np
 
 from arbiter.candidates import register
-from arbiter.candidates.cpu._numba import (njit, prange, FASTMATH, NumbaKernelCandidate, dtype_reason, fast_exp,
-                                           first_reason, layout_reason)
+from arbiter.candidates.cpu._numba import (
+    FASTMATH,
+    NumbaKernelCandidate,
+    dtype_reason,
+    fast_exp,
+    first_reason,
+    layout_reason,
+    njit,
+    prange,
+)
 
 
 @njit(parallel=True, cache=True, fastmath=FASTMATH)
@@ -34,7 +42,7 @@ def flash_attention(q, k, v, out, scale, causal, block):
         acc = np.zeros(d, dtype=q.dtype)
         scores = np.empty(block, dtype=q.dtype)
         m = t(-np.inf)
-        l = t(0)
+        den = t(0)
         kend = min(sk, i + 1) if causal else sk
         for j0 in range(0, kend, block):
             j1 = min(j0 + block, kend)
@@ -48,16 +56,16 @@ def flash_attention(q, k, v, out, scale, causal, block):
                 bm = max(bm, s)
             if bm > m:  # the running max grew: rescale what is summed so far
                 alpha = fast_exp(m - bm)
-                l *= alpha
+                den *= alpha
                 for c in range(d):
                     acc[c] *= alpha
                 m = bm
             for j in range(j0, j1):
                 p = fast_exp(scores[j - j0] - m)
-                l += p
+                den += p
                 for c in range(d):
                     acc[c] += p * v[b, h, j, c]
-        inv = t(1) / l
+        inv = t(1) / den
         for c in range(d):
             out[b, h, i, c] = acc[c] * inv
 

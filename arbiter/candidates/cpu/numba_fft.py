@@ -17,7 +17,7 @@ import functools
 import numpy as np
 
 from arbiter.candidates import register
-from arbiter.candidates.cpu._numba import njit, prange, NumbaKernelCandidate
+from arbiter.candidates.cpu._numba import NumbaKernelCandidate, njit, prange
 
 _COMPLEX = {"float32": np.complex64, "float64": np.complex128, "complex64": np.complex64,
             "complex128": np.complex128}

@@ -19,7 +19,7 @@ import numpy as np
 
 from arbiter.candidates import register
 from arbiter.candidates.cpu._common import blas_identity
-from arbiter.candidates.cpu._numba import (njit, FASTMATH, NumbaKernelCandidate, dtype_reason, fast_exp)
+from arbiter.candidates.cpu._numba import FASTMATH, NumbaKernelCandidate, dtype_reason, fast_exp, njit
 
 
 @njit(cache=True, fastmath=FASTMATH)

@@ -13,8 +13,18 @@ from __future__ import annotations
 import numpy as np
 
 from arbiter.candidates import Candidate, Tier, register
-from arbiter.candidates.cpu._numba import (NUMBA_MISSING, njit, prange, FASTMATH, CompileLog, code_of, dtype_reason,
-                                           first_reason, layout_reason, product_only_reason)
+from arbiter.candidates.cpu._numba import (
+    FASTMATH,
+    NUMBA_MISSING,
+    CompileLog,
+    code_of,
+    dtype_reason,
+    first_reason,
+    layout_reason,
+    njit,
+    prange,
+    product_only_reason,
+)
 
 
 @njit(parallel=True, cache=True, fastmath=FASTMATH)

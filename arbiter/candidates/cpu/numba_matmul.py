@@ -15,8 +15,16 @@ from __future__ import annotations
 import numpy as np
 
 from arbiter.candidates import register
-from arbiter.candidates.cpu._numba import (njit, prange, FASTMATH, NumbaKernelCandidate, dtype_reason, first_reason,
-                                           layout_reason, product_only_reason)
+from arbiter.candidates.cpu._numba import (
+    FASTMATH,
+    NumbaKernelCandidate,
+    dtype_reason,
+    first_reason,
+    layout_reason,
+    njit,
+    prange,
+    product_only_reason,
+)
 
 
 @njit(parallel=True, cache=True, fastmath=FASTMATH)

@@ -8,10 +8,17 @@ from __future__ import annotations
 
 import math
 
-
 from arbiter.candidates import register
-from arbiter.candidates.cpu._numba import (njit, prange, FASTMATH, NumbaKernelCandidate, contiguous_reason,
-                                           dtype_reason, first_reason, layout_reason)
+from arbiter.candidates.cpu._numba import (
+    FASTMATH,
+    NumbaKernelCandidate,
+    contiguous_reason,
+    dtype_reason,
+    first_reason,
+    layout_reason,
+    njit,
+    prange,
+)
 
 
 @njit(parallel=True, cache=True, fastmath=FASTMATH)

@@ -14,8 +14,16 @@ from __future__ import annotations
 import numpy as np
 
 from arbiter.candidates import register
-from arbiter.candidates.cpu._numba import (njit, prange, FASTMATH, NumbaKernelCandidate, dtype_reason, fast_exp,
-                                           first_reason, layout_reason)
+from arbiter.candidates.cpu._numba import (
+    FASTMATH,
+    NumbaKernelCandidate,
+    dtype_reason,
+    fast_exp,
+    first_reason,
+    layout_reason,
+    njit,
+    prange,
+)
 
 
 @njit(parallel=True, cache=True, fastmath=FASTMATH)

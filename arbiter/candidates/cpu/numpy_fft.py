@@ -21,6 +21,7 @@ class NumpyFFT(Candidate):
     def run(self, region, params):
         out = region.alloc_out()
         x = region.x
+        y: np.ndarray  # complex, or real for the inverse of r2c
         if region.kind == "c2c":
             y = np.fft.ifft(x, axis=-1) if region.inverse else np.fft.fft(x, axis=-1)
         elif region.inverse:

@@ -1,7 +1,7 @@
 """Helpers shared by the NVIDIA candidates: lazy CuPy, epilogues, launch checks, the candidates' base class.
 
-Kernel text and the NVRTC compile cache are the target's (``arbiter.targets.nvrtc``). Nothing here imports CuPy at module load: candidates register (and list their reasons) on
-machines without it.
+Kernel text and the NVRTC compile cache are the target's (``arbiter.targets.nvrtc``). Nothing here imports
+CuPy at module load: candidates register (and list their reasons) on machines without it.
 """
 from __future__ import annotations
 

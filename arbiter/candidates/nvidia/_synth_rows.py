@@ -8,8 +8,8 @@ import numpy as np
 from arbiter import synth
 from arbiter.candidates import Tier
 from arbiter.candidates.nvidia._cuda import NvidiaCandidate, aligned16, check_rows
-from arbiter.targets.nvrtc import VEC16
 from arbiter.synth import cuda as synth_cuda
+from arbiter.targets.nvrtc import VEC16
 
 MAX_COLS = 1024 * 64  # 1024 threads x 64 registers
 

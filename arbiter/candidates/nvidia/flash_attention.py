@@ -3,8 +3,9 @@
 One block serves ``warps * rows`` query rows of one (batch, head); every key tile of 32 is staged in
 shared memory once for all of them. The kernel is specialised on the head size (bucketed exactly) and
 the causal flag; it reads q, k and v through their strides, so every layout is served. The solution
-index is the block shape (warps, query rows a warp; fewer rows where shared memory needs it). CUDA cores only, float accumulation: it is the
-fused structure, not a tensor-core kernel (see docs/gpu_results.md for how far that is from SDPA).
+index is the block shape (warps, query rows a warp; fewer rows where shared memory needs it). CUDA cores
+only, float accumulation: it is the fused structure, not a tensor-core kernel (see docs/gpu_results.md for
+how far that is from SDPA).
 """
 from __future__ import annotations
 

@@ -30,7 +30,8 @@ class GatedTiled(NvidiaCandidate):
         if ok is not True:
             return ok
         if region.layout != "RRR":
-            return f"needs C-contiguous x, w_gate and w_up (layout RRR), got {region.layout}; the vendor candidates serve others"
+            return (f"needs C-contiguous x, w_gate and w_up (layout RRR), got {region.layout}; the vendor "
+                    f"candidates serve others")
         return True
 
     def run(self, region, params):

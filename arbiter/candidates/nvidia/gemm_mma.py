@@ -8,8 +8,15 @@ from __future__ import annotations
 import numpy as np
 
 from arbiter.candidates import Tier, register
-from arbiter.candidates.nvidia._cuda import (IDENTITY_EPILOGUE, NvidiaCandidate, check_gemm,
-                                             finish_epilogue, gemm_output, kernel, row_stride)
+from arbiter.candidates.nvidia._cuda import (
+    IDENTITY_EPILOGUE,
+    NvidiaCandidate,
+    check_gemm,
+    finish_epilogue,
+    gemm_output,
+    kernel,
+    row_stride,
+)
 
 # (BM, BN, BK, WM, WN): block tile, K slice, warps along M and N.
 TILES = [(64, 64, 32, 2, 2), (128, 128, 32, 2, 4), (32, 32, 32, 1, 2), (128, 64, 32, 2, 2), (64, 128, 32, 2, 2)]
@@ -46,7 +53,8 @@ class GemmMma(NvidiaCandidate):
     def applies_to(self, region):
         ok = check_gemm(region, self.dtypes)
         if ok is not True and region.dtype == "float32":
-            return ok + " (tensor cores would mean TF32, over the float32 budget; gemm_tiled serves float32)"
+            # check_gemm gives True or a reason, never False
+            return ok + " (tensor cores would mean TF32, over the float32 budget; gemm_tiled serves float32)"  # type: ignore[operator]
         return ok
 
     def run(self, region, params):

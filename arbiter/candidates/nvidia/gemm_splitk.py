@@ -10,8 +10,16 @@ from __future__ import annotations
 import numpy as np
 
 from arbiter.candidates import Tier, register
-from arbiter.candidates.nvidia._cuda import (IDENTITY_EPILOGUE, NvidiaCandidate, check_gemm, cupy,
-                                             finish_epilogue, gemm_output, kernel, row_stride)
+from arbiter.candidates.nvidia._cuda import (
+    IDENTITY_EPILOGUE,
+    NvidiaCandidate,
+    check_gemm,
+    cupy,
+    finish_epilogue,
+    gemm_output,
+    kernel,
+    row_stride,
+)
 from arbiter.candidates.nvidia.gemm_tiled import launch_tiled, tiled_kernel
 
 # (BM, BN, BK, TM, TN, splits)

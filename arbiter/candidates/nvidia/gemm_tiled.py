@@ -8,8 +8,15 @@ from __future__ import annotations
 import numpy as np
 
 from arbiter.candidates import Tier, register
-from arbiter.candidates.nvidia._cuda import (IDENTITY_EPILOGUE, NvidiaCandidate, check_gemm,
-                                             finish_epilogue, gemm_output, kernel, row_stride)
+from arbiter.candidates.nvidia._cuda import (
+    IDENTITY_EPILOGUE,
+    NvidiaCandidate,
+    check_gemm,
+    finish_epilogue,
+    gemm_output,
+    kernel,
+    row_stride,
+)
 
 # (BM, BN, BK, TM, TN); 256 threads each, except the 16x16 tile for tiny products.
 TILES = [(64, 64, 16, 4, 4), (32, 32, 32, 2, 2), (16, 16, 16, 1, 1), (128, 128, 8, 8, 8), (128, 64, 16, 8, 4)]
@@ -20,7 +27,8 @@ def tiled_kernel(dtype: str, tile: tuple, epilogue: str, split_k: bool = False, 
     """The compiled ``gemm_tiled`` for a tile (BM, BN, BK, TM, TN) with an epilogue function's source,
     loaded by ``load_kernel`` (NVRTC by default)."""
     bm, bn, bk, tm, tn = tile
-    defines = (("BM", bm), ("BN", bn), ("BK", bk), ("TM", tm), ("TN", tn)) + ((("SPLIT_K", 1),) if split_k else ()) + extra
+    defines = (("BM", bm), ("BN", bn), ("BK", bk), ("TM", tm), ("TN", tn)) + ((("SPLIT_K", 1),) if split_k else ()) \
+        + extra
     return load_kernel("gemm_tiled", dtype, ("gemm_tiled.cu",), defines, epilogue)
 
 

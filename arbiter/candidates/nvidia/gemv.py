@@ -8,8 +8,15 @@ from __future__ import annotations
 import numpy as np
 
 from arbiter.candidates import Tier, register
-from arbiter.candidates.nvidia._cuda import (IDENTITY_EPILOGUE, NvidiaCandidate, aligned16, check_gemm, finish_epilogue,
-                                             gemm_output, row_stride)
+from arbiter.candidates.nvidia._cuda import (
+    IDENTITY_EPILOGUE,
+    NvidiaCandidate,
+    aligned16,
+    check_gemm,
+    finish_epilogue,
+    gemm_output,
+    row_stride,
+)
 from arbiter.targets.nvrtc import VEC16
 
 

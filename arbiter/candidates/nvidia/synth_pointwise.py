@@ -8,14 +8,15 @@ loads are used when every operand is 16-byte aligned; the solution index is the 
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 
 import numpy as np
 
 from arbiter.candidates import Tier, register
 from arbiter.candidates.nvidia._cuda import NvidiaCandidate, aligned16
-from arbiter.targets.nvrtc import VEC16
 from arbiter.synth import cuda as synth_cuda
 from arbiter.synth import cuda_pointwise
+from arbiter.targets.nvrtc import VEC16
 
 MAX_BLOCKS = 4096  # grid-stride beyond this: enough blocks in flight for any current GPU
 
@@ -27,7 +28,7 @@ class SynthPointwise(NvidiaCandidate):
     templates = ()
 
     def __init__(self):
-        self._kernels: dict[tuple, object] = {}
+        self._kernels: dict[tuple, Callable] = {}
 
     def param_space(self):
         return [{"threads": 256}, {"threads": 512}, {"threads": 128}]

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import ctypes
 
-
 from arbiter.candidates import Tier, register
 from arbiter.candidates.rocm._hip import RocmCandidate, no_epilogue
 from arbiter.targets import rocm

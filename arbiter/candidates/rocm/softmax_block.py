@@ -6,7 +6,7 @@ from arbiter.candidates.nvidia.softmax_block import SoftmaxBlock
 from arbiter.candidates.rocm._hip import RocmCandidate
 
 
-class RocmSoftmaxBlock(RocmCandidate, SoftmaxBlock):
+class RocmSoftmaxBlock(RocmCandidate, SoftmaxBlock):  # type: ignore[misc]  # templates: declared in RocmCandidate, valued in the nvidia class
     name = "rocm_softmax_block"
 
 

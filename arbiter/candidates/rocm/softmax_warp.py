@@ -9,7 +9,7 @@ from arbiter.candidates.nvidia.softmax_warp import SoftmaxWarp
 from arbiter.candidates.rocm._hip import RocmCandidate
 
 
-class RocmSoftmaxWarp(RocmCandidate, SoftmaxWarp):
+class RocmSoftmaxWarp(RocmCandidate, SoftmaxWarp):  # type: ignore[misc]  # templates: declared in RocmCandidate, valued in the nvidia class
     name = "rocm_softmax_warp"
 
 

@@ -22,7 +22,8 @@ for _ in range(5):
 stored = dispatch.store().load_solution(region.key.id, env.environment("nvidia").fingerprint)
 row = [r for r in arbiter.stats() if r["key"] == region.key.id][0]
 print(json.dumps({"stored": stored.candidate_name, "stored_policy": stored.chosen_by, "served": row["solution"],
-                  "hits": row["hits"], "loads": row["loads"], "misses": row["misses"], "verified": dispatch.verified_count()}))
+                  "hits": row["hits"], "loads": row["loads"], "misses": row["misses"],
+                  "verified": dispatch.verified_count()}))
 """
 
 

@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 
 import arbiter
-from arbiter import dispatch
 from arbiter.regions import RMSNorm, Softmax
 from arbiter.timing import MODES, measure
 from gpu_support import requires_gpu
@@ -34,7 +33,7 @@ def test_the_default_pick_on_a_fresh_key_is_never_a_composed_chain():
     for op, region in [("softmax", Softmax.random("nvidia", "float16", {"rows": 300, "cols": 777})),
                        ("rmsnorm", RMSNorm.random("nvidia", "bfloat16", {"rows": 300, "cols": 1024}))]:
         arbiter.run_arbitrated(op, region)
-        row = [r for r in arbiter.stats() if r["key"] == region.key.id][0]
+        row = next(r for r in arbiter.stats() if r["key"] == region.key.id)
         assert row["tier"] != "COMPOSED", row
 
 

@@ -9,8 +9,8 @@ import subprocess
 
 import numpy as np
 import pytest
-import rocm_fake
 
+import rocm_fake
 from arbiter.candidates import REGISTRY
 from arbiter.candidates.rocm import _hip
 from arbiter.regions import Matmul, Softmax
