@@ -60,7 +60,7 @@ from arbiter.store.models import (
     SolutionRow,
     VerdictRow,
 )
-from arbiter.store.transactions import Database
+from arbiter.store.transactions import Database, open_here
 
 
 def _contract_json(candidate) -> str | None:
@@ -118,7 +118,8 @@ class SqlStore(Database, Store):
             why = None if readonly else unwritable_reason(path)
             if why is not None:
                 raise UnwritableRegistry(f"{path}: cannot be written: {why}.", readable=os.access(path, os.R_OK))
-            check_sqlite_file(path, fix)
+            if not open_here(path):  # checked when first opened here; re-reading it would drop SQLite's locks
+                check_sqlite_file(path, fix)
         super().__init__(url, where=where, path=path, readonly=readonly, fix=fix)
         self.persistent = not readonly
         self._solutions: dict[tuple[str, str], SolutionRecord] = {}

@@ -46,6 +46,29 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+def open_here(path: str) -> bool:
+    """Whether a database of this process still has the file ``path`` open (the same file, by device and inode).
+
+    POSIX drops every lock a process holds on a file when it closes *any* descriptor of it: reading the header
+    of a registry that SQLite has open here would silently release SQLite's locks, and another process could
+    then checkpoint and delete the WAL under this one's connections, losing its later commits.
+    """
+    try:
+        wanted = os.stat(path)
+    except OSError:
+        return False
+    for database in list(_LIVE):
+        if database.path is None or database.closed:
+            continue
+        try:
+            st = os.stat(database.path)
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) == (wanted.st_dev, wanted.st_ino):
+            return True
+    return False
+
+
 def make_engine(url: URL, readonly: bool):
     u = make_url(url)
     if u.get_backend_name() != "sqlite":
@@ -95,6 +118,7 @@ class Database:
         self.known: set[tuple] = set()
         self._learned: set[tuple] = set()  # learnt by the transaction in progress
         self._local = threading.local()  # .batch: the writes of this thread's open ``transaction()``
+        self.closed = False
         _LIVE.add(self)
 
     def after_fork_in_child(self) -> None:
@@ -176,4 +200,5 @@ class Database:
                     after()
 
     def close(self) -> None:
+        self.closed = True
         self.engine.dispose()

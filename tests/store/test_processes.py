@@ -97,3 +97,33 @@ def test_a_second_arbiter_run_is_warm_no_verification(backend, tmp_path):
     # (before schema v4 a load counted as a miss).
     assert backend.query(db, "select min(misses), max(misses), min(loads), max(loads) from counters") == \
         [(0, 0, 2, 2)]
+
+
+# SQLite's SHARED lock byte range on the main file (PENDING_BYTE + 2, 510 bytes): a connection in WAL mode holds a
+# read lock there for as long as it is open, which tells other processes it must not be checkpointed away.
+_SHARED_PROBE = ("import fcntl, os, sys\nfd = os.open(sys.argv[1], os.O_RDWR)\n"
+                 "try:\n    fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 510, 0x40000002)\n    print('free')\n"
+                 "except OSError:\n    print('held')")
+
+
+def test_opening_a_second_store_on_a_file_keeps_the_first_ones_locks(tmp_path):
+    """POSIX drops a process's locks on a file when it closes any descriptor of it. The header check of a
+    second ``SqlStore`` on a registry this process already has open once read the file with ``open()`` and so
+    released SQLite's locks: another process could then checkpoint and delete the WAL under the first store's
+    connections (a fleet benchmark lost 400 committed claims that way)."""
+    from arbiter.store import CountDelta
+
+    db = str(tmp_path / "registry.db")
+
+    def held():
+        return subprocess.run([sys.executable, "-c", _SHARED_PROBE, db], capture_output=True, text=True,
+                              check=True).stdout.strip()
+
+    first = SqlStore(db)
+    first.add_counts([CountDelta("k", "c", "{}", "e", hits=1)])  # a pooled connection, open and locked
+    assert held() == "held"
+    second = SqlStore(db)
+    assert held() == "held"
+    second.close()
+    first.close()
+    assert held() == "free"
