@@ -19,12 +19,13 @@ import numpy as np
 from arbiter import targets
 from arbiter.errors import RegionError
 from arbiter.keys import EXACT, ProblemKey, bucket_of, layout_class
+from arbiter.memo import Memo
 
 DTYPES = ("float16", "bfloat16", "float32", "float64")
 # dtype -> name, filled as dtypes are seen: str(dtype) costs microseconds, a dict hit 50 ns.
-_dtype_names: dict = {}
+_dtype_names: Memo = Memo()
 # (target, op, dtype, layout, attrs, dims) -> ProblemKey: a warm shape builds no key.
-_keys: dict = {}
+_keys: Memo = Memo()
 _KEYS_MAX = 65536
 
 

@@ -181,6 +181,25 @@ def test_identity_covers_helpers_defaults_and_globals(tmp_path, monkeypatch):
     sys.modules.pop("gate_helper_mod", None)
 
 
+def test_a_memo_is_state_and_a_table_is_behaviour():
+    """A kernel cache filled on first call must not move the identity (the next process would verify again);
+    a constant table the kernel reads must (an edited tile table is new behaviour)."""
+    from arbiter.candidates import FunctionCandidate
+    from arbiter.memo import Memo
+
+    scope = {"CACHE": Memo(), "TABLE": {"tile": 64}}
+    exec("def fn(region):\n    CACHE.setdefault(TABLE['tile'], object())\n    return region.alloc_out()\n", scope)
+
+    def ident():
+        return FunctionCandidate(scope["fn"], "m", "cpu", "matmul", Tier.HAND_TUNED).identity()
+
+    base = ident()
+    scope["CACHE"][("float32", 64)] = object()  # what a first call leaves behind
+    assert ident() == base
+    scope["TABLE"]["tile"] = 128
+    assert ident() != base
+
+
 def test_gate_version_is_part_of_the_identity(monkeypatch):
     from arbiter import gate
 

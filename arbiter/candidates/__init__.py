@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from arbiter import gate
 from arbiter.keys import params_id as params_id  # re-exported: the solution index's text, beside the candidates
+from arbiter.memo import Memo
 from arbiter.store import set_tier_lookup
 
 ENTRY_POINT_GROUP = "kernel_arbiter.candidates"
@@ -279,7 +280,9 @@ def _distribution_version(top: str) -> str:
 
 
 def _value_text(value, depth: int = 0) -> str:
-    """Inspectable constants as text; arrays by content digest; anything else by its type."""
+    """Inspectable constants as text; arrays by content digest; a ``Memo`` and anything else by its type."""
+    if isinstance(value, Memo):
+        return "<Memo>"
     if isinstance(value, (bool, int, float, complex, str, bytes, type(None))):
         return repr(value)
     if depth < _MAX_DEPTH and isinstance(value, (tuple, list, set, frozenset)):

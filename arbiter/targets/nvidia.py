@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from arbiter.errors import TargetUnavailable
+from arbiter.memo import Memo
 from arbiter.targets import Target
 
 # Header-free on purpose: NVRTC must work without the CUDA toolkit's include files.
@@ -175,7 +176,7 @@ TORCH_DTYPES = {"float16": "float16", "bfloat16": "bfloat16", "float32": "float3
 
 
 # torch dtype -> the NumPy dtype CuPy uses for it, filled as dtypes are seen.
-_np_of_torch: dict = {}
+_np_of_torch: Memo = Memo()
 
 
 def cupy_view(tensor):
@@ -212,7 +213,7 @@ def torch_empty(shape, dtype: str, like):
     return cupy_view(tensor), tensor
 
 
-_external_streams: dict = {}
+_external_streams: Memo = Memo()
 
 
 def torch_stream():

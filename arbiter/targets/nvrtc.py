@@ -13,6 +13,7 @@ import hashlib
 from functools import cache
 from pathlib import Path
 
+from arbiter.memo import Memo
 from arbiter.targets.nvidia import cupy_module
 
 TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "candidates" / "nvidia"
@@ -33,7 +34,7 @@ def kernel_source(dtype: str, defines: dict, files: tuple[str, ...], prelude: st
     return "\n".join(p for p in parts if p)
 
 
-_functions: dict[tuple[str, str], object] = {}
+_functions: Memo = Memo()  # (source digest, name) -> compiled function
 
 
 def compiled(source: str, name: str):
@@ -49,7 +50,7 @@ def compiled(source: str, name: str):
     return fn
 
 
-_kernels: dict[tuple, object] = {}
+_kernels: Memo = Memo()
 
 
 def kernel(name: str, dtype: str, files: tuple[str, ...], defines: tuple = (), prelude: str = ""):

@@ -22,6 +22,7 @@ import numpy as np
 
 from arbiter import targets
 from arbiter.errors import TargetUnavailable
+from arbiter.memo import Memo
 from arbiter.targets import Target
 
 # The hip-python boundary: bound on first use by bindings(); tests inject fakes here.
@@ -410,7 +411,7 @@ def hip_version_text(code: int) -> str:
     return f"{code // 10_000_000}.{(code // 100_000) % 100}.{code % 100_000}"
 
 
-_handles: dict[str, object] = {}
+_handles: Memo = Memo()
 
 
 def blas_handle():

@@ -11,6 +11,7 @@ import numpy as np
 
 from arbiter import targets
 from arbiter.candidates import Candidate
+from arbiter.memo import Memo
 from arbiter.synth import ACTIVATIONS
 from arbiter.synth.cuda import cuda_expression
 from arbiter.targets.nvidia import cupy_module as cupy
@@ -32,7 +33,7 @@ def aligned16(*arrays) -> bool:
     return all(a.data.ptr % 16 == 0 for a in arrays)
 
 
-_epilogues: dict[tuple, object] = {}
+_epilogues: Memo = Memo()
 
 
 def _epilogue_kernel(activation: str, bias: bool, residual: bool):

@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from arbiter.candidates.nvidia._cuda import aligned16, next_pow2
+from arbiter.memo import Memo
 from arbiter.targets.nvrtc import VEC16, kernel
 
 MAX_PER_THREAD = 64  # floats of a row held in registers per thread
@@ -43,7 +44,7 @@ def row_kernel(file: str, name: str, region, out, row_threads: int, rows_per_blo
 # (template, dtype, rows, cols, threads, rows per block, vector loads, loader) -> (kernel, grid, block,
 # integer arguments): what depends only on the route and the shape is worked out once, so a warm call
 # only checks alignment, packs its arrays and launches.
-_launches: dict = {}
+_launches: Memo = Memo()
 
 
 def _launch_plan(file: str, name: str, region, out, row_threads: int, rows_per_block: int, vec: bool,

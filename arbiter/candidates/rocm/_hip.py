@@ -15,6 +15,7 @@ from typing import ClassVar
 from arbiter import targets
 from arbiter.candidates import Candidate
 from arbiter.candidates.nvidia._cuda import NvidiaCandidate
+from arbiter.memo import Memo
 from arbiter.targets import rocm
 from arbiter.targets.nvrtc import DTYPE_MACRO, template
 
@@ -31,8 +32,8 @@ def kernel_source(dtype: str, defines: dict, files: tuple[str, ...], prelude: st
     return "\n".join(p for p in parts if p)
 
 
-_compiled: dict[tuple[str, str, str], rocm.Kernel] = {}
-_kernels: dict[tuple, rocm.Kernel] = {}
+_compiled: Memo = Memo()  # (source, name, arch) -> rocm.Kernel
+_kernels: Memo = Memo()
 
 
 def compiled(source: str, name: str) -> rocm.Kernel:
