@@ -336,10 +336,12 @@ def _cupy():
 
 
 def _device_draw(target: str, shape, dtype: str, scale: float, rng):
-    """Large real operands for the nvidia target are drawn on the device (CuPy's generator, seeded from
+    """Large real operands for the nvidia target with CuPy are drawn on the device (CuPy's generator, seeded from
     ``rng``): uniform of variance ``scale**2``, as ``_normal`` draws them on the host above UNIFORM_ABOVE.
     None where the host draws (other targets, small or complex operands)."""
     if target != "nvidia" or math.prod(shape) <= UNIFORM_ABOVE or dtype.startswith("complex"):
+        return None
+    if targets.get(target).arrays != "cupy":  # type: ignore[attr-defined]  # the nvidia target's; torch: host draw
         return None
     cp = _cupy()
     gen = cp.random.default_rng(int(rng.integers(0, 2**63 - 1)))

@@ -34,7 +34,6 @@ How (DESIGN.md contract 3):
 """
 from __future__ import annotations
 
-import ctypes
 import math
 import time
 from dataclasses import dataclass
@@ -44,6 +43,7 @@ import numpy as np
 from arbiter import targets
 from arbiter.candidates import serve
 from arbiter.solution import TimingMode
+from arbiter.targets import Timer
 
 MODES = tuple(TimingMode)  # device, latency, stream
 STREAM_CALLS = 20  # calls per sample in stream mode
@@ -66,108 +66,9 @@ class Measurement:
         return f"{self.median_s * 1e6:.1f} us ±{self.spread * 100:.1f}% ({self.reps} reps, {self.mode}{tag})"
 
 
-class Timer:
-    """Times one call. Subclasses: one per target."""
-
-    cache_bytes = 32 << 20  # working sets under this are rotated
-
-    def flush_cache(self) -> None:
-        pass
-
-    def time(self, fn, mode: str, calls: int = 1) -> float:
-        """Seconds per call of ``fn`` in ``mode`` (``calls`` back to back in stream mode, else one)."""
-        t0 = time.perf_counter_ns()
-        for _ in range(calls):
-            fn()
-        return (time.perf_counter_ns() - t0) * 1e-9 / calls
-
-
-class CpuTimer(Timer):
-    # Large enough for the last-level cache of common server CPUs' per-core share.
-    cache_bytes = 64 << 20
-
-
-class CudaTimer(Timer):
-    """CuPy events on the current stream; the L2 is flushed by overwriting a buffer twice its size."""
-
-    def __init__(self):
-        import cupy
-
-        self.cp = cupy
-        props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
-        l2 = int(props.get("l2CacheSize", 50 << 20))
-        self.cache_bytes = l2
-        self._scratch = cupy.empty(max(2 * l2, 64 << 20) // 4, dtype=cupy.float32)
-        self._start, self._stop = cupy.cuda.Event(), cupy.cuda.Event()
-
-    def flush_cache(self):
-        self._scratch.fill(1.0)
-
-    def time(self, fn, mode, calls=1):
-        cp = self.cp
-        stream = cp.cuda.get_current_stream()
-        if mode != "latency":  # device: one call between events; stream: `calls` calls back to back
-            self._start.record(stream)
-            for _ in range(calls):
-                fn()
-            self._stop.record(stream)
-            self._stop.synchronize()
-            return cp.cuda.get_elapsed_time(self._start, self._stop) * 1e-3 / calls
-        stream.synchronize()
-        t0 = time.perf_counter_ns()
-        fn()
-        stream.synchronize()
-        return (time.perf_counter_ns() - t0) * 1e-9
-
-
-class HipTimer(Timer):
-    """HIP events through hip-python (ROCm target); built only when that target is available.
-
-    Every call goes through ``arbiter.targets.rocm`` (its ``hip`` handle and ``check``), so a failed
-    event call raises ``HipError`` naming it instead of timing garbage. The L2 is flushed by
-    overwriting a device buffer of twice its size (HIP reports l2CacheSize as 0 on some devices; then
-    256 MiB, above the largest AMD last-level cache, is used).
-    """
-
-    def __init__(self):
-        from arbiter.targets import rocm
-
-        self.rocm = rocm
-        hip, check = rocm.bindings(), rocm.check
-        l2 = int(getattr(rocm.TARGET.properties(), "l2CacheSize", 0) or 0)
-        self.cache_bytes = l2 or (128 << 20)
-        self._scratch = rocm.RocmArray.empty((max(2 * l2, 256 << 20) // 4,), np.float32)
-        self._start = check(hip.hipEventCreate(), "hipEventCreate")
-        self._stop = check(hip.hipEventCreate(), "hipEventCreate")
-
-    def flush_cache(self):
-        self.rocm.check(self.rocm.hip.hipMemsetD32(ctypes.c_void_p(self._scratch.ptr), 0x3F800000,
-                                                   self._scratch.size), "hipMemsetD32")
-
-    def time(self, fn, mode, calls=1):
-        hip, check = self.rocm.hip, self.rocm.check
-        if mode != "latency":  # device: one call between events; stream: `calls` calls back to back
-            check(hip.hipEventRecord(self._start, None), "hipEventRecord")
-            for _ in range(calls):
-                fn()
-            check(hip.hipEventRecord(self._stop, None), "hipEventRecord")
-            check(hip.hipEventSynchronize(self._stop), "hipEventSynchronize")
-            return check(hip.hipEventElapsedTime(self._start, self._stop), "hipEventElapsedTime") * 1e-3 / calls
-        check(hip.hipDeviceSynchronize(), "hipDeviceSynchronize")
-        t0 = time.perf_counter_ns()
-        fn()
-        check(hip.hipDeviceSynchronize(), "hipDeviceSynchronize")
-        return (time.perf_counter_ns() - t0) * 1e-9
-
-
-_timers: dict[str, Timer] = {}
-
-
 def timer_for(target: str) -> Timer:
-    t = _timers.get(target)
-    if t is None:
-        t = _timers[target] = {"cpu": CpuTimer, "nvidia": CudaTimer, "rocm": HipTimer}[target]()
-    return t
+    """``target``'s timer (events and cache flush on a GPU; the host clock on the CPU)."""
+    return targets.get(target).timer()
 
 
 def _nbytes(region) -> int:

@@ -1,13 +1,14 @@
 """Targets: where candidates run (``cpu``, ``nvidia``, ``rocm``).
 
 A target knows which arrays it owns, whether it is available (and why not),
-how to move probe data to and from the host, how to time work
-(``arbiter.timing``), and which fields make up its environment key. One file a
+how to move probe data to and from the host, how to time one call
+(``timer()``, repeated by ``arbiter.timing``), and which fields make up its environment key. One file a
 target; nothing here imports a GPU library until that target is asked for.
 """
 from __future__ import annotations
 
 import importlib
+import time
 from collections.abc import Callable
 
 import numpy as np
@@ -24,6 +25,25 @@ def register_array_type(array_type: type, name: str, adopt) -> None:
     native array and the conversion back); a target whose array type exists only once its module is imported
     announces it here."""
     _by_type[array_type] = (name, adopt)
+
+
+class Timer:
+    """Times one call of a zero-argument function on a target (``arbiter.timing`` runs the repetitions).
+
+    This base is the host clock, right for the CPU (the CPU being the device); a GPU target's timer records
+    events on its stream and flushes its last-level cache between repetitions."""
+
+    cache_bytes = 32 << 20  # working sets under this are rotated (``timing.input_sets``)
+
+    def flush_cache(self) -> None:
+        pass
+
+    def time(self, fn, mode: str, calls: int = 1) -> float:
+        """Seconds per call of ``fn`` in ``mode`` (``calls`` back to back in stream mode, else one)."""
+        t0 = time.perf_counter_ns()
+        for _ in range(calls):
+            fn()
+        return (time.perf_counter_ns() - t0) * 1e-9 / calls
 
 
 class Target:
@@ -58,6 +78,10 @@ class Target:
 
     def synchronize(self) -> None:
         pass
+
+    def timer(self) -> Timer:
+        """This target's timer (made once; a GPU's needs the device)."""
+        raise NotImplementedError
 
     def environment(self) -> dict[str, str]:
         """The fields of this target's environment key (see ``arbiter.env``)."""

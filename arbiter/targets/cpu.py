@@ -6,7 +6,7 @@ import platform
 
 import numpy as np
 
-from arbiter.targets import Target
+from arbiter.targets import Target, Timer
 
 
 def _bfloat16():
@@ -99,6 +99,9 @@ class CpuTarget(Target):
     def empty(self, shape, dtype):
         return np.empty(shape, dtype=np_dtype(dtype))
 
+    def timer(self) -> Timer:
+        return _TIMER
+
     def environment(self):
         model, flags = cpu_model()
         env = {
@@ -123,4 +126,6 @@ class CpuTarget(Target):
         return env
 
 
+_TIMER = Timer()
+_TIMER.cache_bytes = 64 << 20  # the last-level cache of common server CPUs' per-core share, and more
 TARGET = CpuTarget()

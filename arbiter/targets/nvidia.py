@@ -1,17 +1,23 @@
-"""The ``nvidia`` target: CuPy arrays on an NVIDIA GPU (PyTorch CUDA tensors through DLPack).
+"""The ``nvidia`` target: CuPy arrays on an NVIDIA GPU, or PyTorch CUDA tensors where CuPy is absent.
 
-Availability gate: the target is available only when CuPy imports, a CUDA device
-is present, and a tiny kernel compiled with NVRTC runs and gives the right
-answer; otherwise ``available()`` returns the reason and nothing else breaks.
-CuPy is imported lazily, so this module imports on machines without it.
+Its array library is CuPy when CuPy imports, sees a device and runs a tiny NVRTC-compiled kernel right. Then
+every candidate can run, and a torch caller's tensors are used as they are (views for CuPy kernels). Where
+CuPy is missing but PyTorch sees a CUDA device, the library is PyTorch: regions hold torch tensors, the gate's
+probes and outputs are torch tensors, timing uses torch's events, and only the torch candidates are available
+(the CuPy and NVRTC ones say "needs CuPy"). A PyTorch-only user installs nothing else. The library in use is
+part of the environment key (``arrays``), so solutions measured with one are never served under the other.
+
+Neither library is imported at module load, so this module imports on machines without them.
 """
 from __future__ import annotations
+
+import time
 
 import numpy as np
 
 from arbiter.errors import TargetUnavailable
 from arbiter.memo import Memo
-from arbiter.targets import Target
+from arbiter.targets import Target, Timer
 
 # Header-free on purpose: NVRTC must work without the CUDA toolkit's include files.
 _PROBE_SOURCE = r"""
@@ -30,16 +36,57 @@ def cupy_module():
 
 
 def _bfloat16_dtype():
-    """NumPy's bfloat16 (ml_dtypes) when CuPy accepts it, else None."""
+    """NumPy's bfloat16 (ml_dtypes) when the array library takes it, else None."""
     try:
         import ml_dtypes
 
-        cp = cupy_module()
         dt = np.dtype(ml_dtypes.bfloat16)
-        cp.zeros(1, dtype=dt)  # CuPy < 14 raises here: no bfloat16 support
+        if TARGET.arrays == "cupy":
+            cupy_module().zeros(1, dtype=dt)  # CuPy < 14 raises here: no bfloat16 support
         return dt
     except Exception:
         return None
+
+
+def _cupy_reason() -> bool | str:
+    """True when CuPy imports, sees a device and runs an NVRTC kernel right; else why not."""
+    try:
+        cp = cupy_module()
+    except Exception as exc:  # ImportError, or a CuPy built for another CUDA failing to load
+        return f"CuPy does not import ({type(exc).__name__}: {exc}); install kernel-arbiter[nvidia]"
+    try:
+        count = cp.cuda.runtime.getDeviceCount()
+    except Exception as exc:
+        return f"no CUDA device: {type(exc).__name__}: {exc}"
+    if count < 1:
+        return "no CUDA device is visible (CUDA_VISIBLE_DEVICES, driver)"
+    try:
+        kernel = cp.RawKernel(_PROBE_SOURCE, "arbiter_probe")
+        x = cp.arange(37, dtype=cp.float32)
+        y = cp.empty_like(x)
+        kernel((1,), (64,), (x, y, np.int32(x.size)))
+        if not bool(cp.allclose(y, 2 * x + 1)):
+            return "the NVRTC probe kernel ran but computed a wrong result"
+    except Exception as exc:
+        return f"an NVRTC-compiled probe kernel failed: {type(exc).__name__}: {exc}"
+    return True
+
+
+def _torch_reason() -> bool | str:
+    """True when PyTorch imports, sees a CUDA device and computes on it right; else why not."""
+    try:
+        import torch
+    except Exception as exc:
+        return f"PyTorch does not import ({type(exc).__name__})"
+    if not torch.cuda.is_available():
+        return f"PyTorch {torch.__version__} sees no CUDA device"
+    try:
+        x = torch.arange(37, dtype=torch.float32, device="cuda")
+        if not bool(torch.allclose((2 * x + 1).cpu(), 2 * torch.arange(37, dtype=torch.float32) + 1)):
+            return f"PyTorch {torch.__version__} computed a wrong result on the CUDA device"
+    except Exception as exc:
+        return f"PyTorch's CUDA device failed: {type(exc).__name__}: {exc}"
+    return True
 
 
 class NvidiaTarget(Target):
@@ -47,8 +94,11 @@ class NvidiaTarget(Target):
 
     def __init__(self):
         self._available: bool | str | None = None
+        self.arrays: str | None = None  # "cupy" or "torch" once the gate has found one
+        self._cupy: bool | str = "not probed"  # True, or why the CuPy candidates cannot run
         self._bf16 = "unknown"
-        self._empties: dict = {}  # dtype name -> (cupy.empty, NumPy dtype)
+        self._empties: dict = {}  # dtype name -> (empty function, its dtype object)
+        self._timer: CudaTimer | None = None
 
     # -- the gate -------------------------------------------------------------
     def available(self):
@@ -56,34 +106,29 @@ class NvidiaTarget(Target):
             self._available = self._probe()
         return self._available
 
-    @staticmethod
-    def _probe() -> bool | str:
-        try:
-            cp = cupy_module()
-        except Exception as exc:  # ImportError, or a CuPy built for another CUDA failing to load
-            return f"CuPy does not import ({type(exc).__name__}: {exc}); install kernel-arbiter[nvidia]"
-        try:
-            count = cp.cuda.runtime.getDeviceCount()
-        except Exception as exc:
-            return f"no CUDA device: {type(exc).__name__}: {exc}"
-        if count < 1:
-            return "no CUDA device is visible (CUDA_VISIBLE_DEVICES, driver)"
-        try:
-            kernel = cp.RawKernel(_PROBE_SOURCE, "arbiter_probe")
-            x = cp.arange(37, dtype=cp.float32)
-            y = cp.empty_like(x)
-            kernel((1,), (64,), (x, y, np.int32(x.size)))
-            if not bool(cp.allclose(y, 2 * x + 1)):
-                return "the NVRTC probe kernel ran but computed a wrong result"
-        except Exception as exc:
-            return f"an NVRTC-compiled probe kernel failed: {type(exc).__name__}: {exc}"
-        return True
+    def _probe(self) -> bool | str:
+        self._cupy = _cupy_reason()
+        if self._cupy is True:
+            self.arrays = "cupy"
+            return True
+        via_torch = _torch_reason()
+        if via_torch is True:
+            self.arrays = "torch"
+            return True
+        return f"{self._cupy} (or PyTorch alone, kernel-arbiter[torch]: {via_torch})"
+
+    def cupy_available(self) -> bool | str:
+        """True when CuPy is this target's array library (what every non-torch candidate needs); else why not."""
+        ok = self.available()
+        if ok is not True:
+            return ok
+        return True if self.arrays == "cupy" else f"needs CuPy, which this machine lacks ({self._cupy})"
 
     def _require(self):
         ok = self.available()
         if ok is not True:
             raise TargetUnavailable("nvidia", str(ok))
-        return cupy_module()
+        return cupy_module() if self.arrays == "cupy" else _torch()
 
     # -- arrays ---------------------------------------------------------------
     def owns(self, array):
@@ -95,19 +140,22 @@ class NvidiaTarget(Target):
         return False
 
     def adopt(self, array):
-        """CuPy arrays as they are, no conversion back. Torch CUDA tensors also as they are, with
-        ``torch.from_dlpack`` to bring a CuPy result back: a region keeps a torch caller's tensors and
-        views them (``cupy_view``) only for a CuPy kernel."""
+        """CuPy arrays as they are, no conversion back. Torch CUDA tensors also as they are: with CuPy, with
+        ``torch.from_dlpack`` to bring a CuPy result back (a region keeps a torch caller's tensors and views
+        them, ``cupy_view``, only for a CuPy kernel); without CuPy they are the target's own arrays."""
         if type(array).__module__.startswith("cupy"):
             return array, None
         self._require()
+        if self.arrays == "torch":
+            return array, None
         import torch
 
         return array, torch.from_dlpack
 
     def bfloat16(self):
-        """The bfloat16 dtype CuPy takes, or None when this CuPy has no bfloat16 (CuPy < 14)."""
+        """NumPy's bfloat16 (ml_dtypes) when the array library takes it, or None (CuPy < 14, no ml_dtypes)."""
         if self._bf16 == "unknown":
+            self.available()
             self._bf16 = _bfloat16_dtype()
         return self._bf16
 
@@ -115,41 +163,86 @@ class NvidiaTarget(Target):
         if name == "bfloat16":
             dt = self.bfloat16()
             if dt is None:
-                raise ValueError("dtype: bfloat16 on the nvidia target needs CuPy >= 14 and ml_dtypes")
+                raise ValueError("dtype: bfloat16 on the nvidia target needs ml_dtypes (and CuPy >= 14 with CuPy)")
             return dt
         return np.dtype(name)
 
     def to_host(self, array) -> np.ndarray:
-        return self._require().asnumpy(array)
+        lib = self._require()
+        if self.arrays == "cupy":
+            return lib.asnumpy(array)
+        host = array.detach().cpu()
+        if host.dtype == lib.bfloat16:  # NumPy has no bfloat16: the bits, read as ml_dtypes' (or widened)
+            dt = self.bfloat16()
+            return host.view(lib.int16).numpy().view(dt) if dt is not None else host.float().numpy()
+        return host.numpy()
 
     def from_host(self, array, dtype, order="C"):
-        cp = self._require()
-        host = np.asarray(array).astype(self.np_dtype(dtype))
-        return cp.asarray(np.asfortranarray(host) if order == "F" else np.ascontiguousarray(host))
+        lib = self._require()
+        host = np.asarray(array)
+        if self.arrays == "cupy":
+            host = host.astype(self.np_dtype(dtype))
+            return lib.asarray(np.asfortranarray(host) if order == "F" else np.ascontiguousarray(host))
+        wide = lib.from_numpy(np.ascontiguousarray(host.astype(np.float64 if dtype in ("float64", "complex128")
+                                                                else np.complex64 if dtype == "complex64"
+                                                                else np.float32)))
+        flat = wide.to(device="cuda", dtype=_torch_dtype(dtype))
+        if order != "F" or flat.ndim < 2:
+            return flat
+        dims = tuple(reversed(range(flat.ndim)))
+        return flat.permute(dims).contiguous().permute(dims)  # same values, column-major storage
 
     def full(self, shape, value, dtype):
-        return self._require().full(shape, value, dtype=self.np_dtype(dtype))
+        lib = self._require()
+        if self.arrays == "cupy":
+            return lib.full(shape, value, dtype=self.np_dtype(dtype))
+        return lib.full(tuple(shape), value, dtype=_torch_dtype(dtype), device="cuda")
 
     def empty(self, shape, dtype):
-        # A dispatched call's output: the dtype object cached, so a warm call pays only cupy.empty.
+        # A dispatched call's output: the dtype object cached, so a warm call pays only the allocation.
         found = self._empties.get(dtype)
         if found is None:
-            found = self._empties[dtype] = (self._require().empty, self.np_dtype(dtype))
+            lib = self._require()
+            if self.arrays == "cupy":
+                found = (lib.empty, self.np_dtype(dtype))
+            else:
+                torch_dtype = _torch_dtype(dtype)
+                found = (lambda shape, dtype: lib.empty(shape, dtype=dtype, device="cuda"), torch_dtype)
+            self._empties[dtype] = found
         return found[0](shape, dtype=found[1])
 
     def synchronize(self):
-        self._require().cuda.get_current_stream().synchronize()
+        lib = self._require()
+        if self.arrays == "cupy":
+            lib.cuda.get_current_stream().synchronize()
+        else:
+            lib.cuda.current_stream().synchronize()
+
+    def timer(self) -> CudaTimer:
+        if self._timer is None:
+            self._require()
+            self._timer = CudaTimer("torch" if self.arrays == "torch" else "cupy")
+        return self._timer
 
     # -- environment key ------------------------------------------------------
     def environment(self):
         ok = self.available()
         if ok is not True:
             return {"available": str(ok)}
+        try:
+            import torch
+
+            torch_version = torch.__version__
+        except ImportError:
+            torch_version = "absent"
+        if self.arrays == "torch":
+            return _torch_environment() | {"numpy": np.__version__, "torch": torch_version,
+                                           "bfloat16": "yes" if self.bfloat16() is not None else "no"}
         cp = cupy_module()
         dev = cp.cuda.Device()
         props = cp.cuda.runtime.getDeviceProperties(dev.id)
         name = props["name"]
-        env = {
+        return {  # no "arrays" field here: CuPy's keys stayed as they were before PyTorch could be the library
             "device": name.decode() if isinstance(name, bytes) else str(name),
             "arch": f"sm_{props['major']}{props['minor']}",
             "compute_capability": f"{props['major']}.{props['minor']}",
@@ -161,14 +254,81 @@ class NvidiaTarget(Target):
             "cupy": cp.__version__,
             "numpy": np.__version__,
             "bfloat16": "yes" if self.bfloat16() is not None else "no",
+            "torch": torch_version,
         }
-        try:
-            import torch
 
-            env["torch"] = torch.__version__
-        except ImportError:
-            env["torch"] = "absent"
-        return env
+
+def _torch():
+    import torch
+
+    return torch
+
+
+def _torch_dtype(name: str):
+    return getattr(_torch(), TORCH_DTYPES[name])
+
+
+def _torch_environment() -> dict[str, str]:
+    """The environment fields PyTorch can tell (no CuPy): device, architecture, SMs, its CUDA runtime."""
+    torch = _torch()
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    return {
+        "arrays": "torch",
+        "device": props.name,
+        "arch": f"sm_{props.major}{props.minor}",
+        "compute_capability": f"{props.major}.{props.minor}",
+        "sm_count": str(props.multi_processor_count),
+        "runtime": str(torch.version.cuda),  # torch's wheel ships its CUDA libraries (cuBLAS): its version says which
+        "cupy": "absent",
+    }
+
+
+class CudaTimer(Timer):
+    """Events on the current stream (CuPy's, or torch's without CuPy); the L2 is flushed by overwriting a
+    buffer of twice its size."""
+
+    def __init__(self, arrays: str):
+        self.arrays = arrays
+        if arrays == "cupy":
+            cp = self.lib = cupy_module()
+            l2 = int(cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id).get("l2CacheSize", 50 << 20))
+            self._scratch = cp.empty(max(2 * l2, 64 << 20) // 4, dtype=cp.float32)
+            self._start, self._stop = cp.cuda.Event(), cp.cuda.Event()
+        else:
+            torch = self.lib = _torch()
+            props = torch.cuda.get_device_properties(torch.cuda.current_device())
+            l2 = int(getattr(props, "L2_cache_size", 0) or (50 << 20))
+            self._scratch = torch.empty(max(2 * l2, 64 << 20) // 4, dtype=torch.float32, device="cuda")
+            self._start = torch.cuda.Event(enable_timing=True)
+            self._stop = torch.cuda.Event(enable_timing=True)
+        self.cache_bytes = l2
+
+    def flush_cache(self):
+        if self.arrays == "cupy":
+            self._scratch.fill(1.0)
+        else:
+            self._scratch.fill_(1.0)
+
+    def _stream(self):
+        lib = self.lib
+        return lib.cuda.get_current_stream() if self.arrays == "cupy" else lib.cuda.current_stream()
+
+    def time(self, fn, mode, calls=1):
+        stream = self._stream()
+        if mode != "latency":  # device: one call between events; stream: `calls` calls back to back
+            self._start.record(stream)
+            for _ in range(calls):
+                fn()
+            self._stop.record(stream)
+            self._stop.synchronize()
+            if self.arrays == "cupy":
+                return self.lib.cuda.get_elapsed_time(self._start, self._stop) * 1e-3 / calls
+            return self._start.elapsed_time(self._stop) * 1e-3 / calls
+        stream.synchronize()
+        t0 = time.perf_counter_ns()
+        fn()
+        stream.synchronize()
+        return (time.perf_counter_ns() - t0) * 1e-9
 
 
 TORCH_DTYPES = {"float16": "float16", "bfloat16": "bfloat16", "float32": "float32", "float64": "float64",

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import re
+import time
 from typing import Any, Literal, NamedTuple
 
 import numpy as np
@@ -23,7 +24,7 @@ import numpy as np
 from arbiter import targets
 from arbiter.errors import TargetUnavailable
 from arbiter.memo import Memo
-from arbiter.targets import Target
+from arbiter.targets import Target, Timer
 
 # The hip-python boundary: bound on first use by bindings(); tests inject fakes here.
 # Typed Any: a hip-python module once bound (or a test's fake), None before; callers bind first.
@@ -304,12 +305,21 @@ class RocmTarget(Target):
     def __init__(self):
         self._available: bool | str | None = None
         self._props = None
+        self._timer: HipTimer | None = None
 
     # -- the gate ---------------------------------------------------------------------------------
     def available(self):
         if self._available is None:
             self._available = self._probe()
         return self._available
+
+    def timer(self) -> HipTimer:
+        if self._timer is None:
+            ok = self.available()
+            if ok is not True:
+                raise TargetUnavailable("rocm", str(ok))
+            self._timer = HipTimer()
+        return self._timer
 
     def reset(self) -> None:
         """Forget the gate's answer and the device properties (the next call probes again)."""
@@ -456,6 +466,41 @@ def _blas_version_text(code: int) -> str:
     """hipBLAS/hipBLASLt integer versions are major * 10,000 + minor * 100 + patch."""
     code = int(code)
     return f"{code // 10_000}.{(code // 100) % 100}.{code % 100}"
+
+
+class HipTimer(Timer):
+    """HIP events through hip-python (ROCm target); built only when that target is available.
+
+    Every call goes through this module's ``hip`` handle and ``check``, so a failed
+    event call raises ``HipError`` naming it instead of timing garbage. The L2 is flushed by
+    overwriting a device buffer of twice its size (HIP reports l2CacheSize as 0 on some devices; then
+    256 MiB, above the largest AMD last-level cache, is used).
+    """
+
+    def __init__(self):
+        hip = bindings()
+        l2 = int(getattr(TARGET.properties(), "l2CacheSize", 0) or 0)
+        self.cache_bytes = l2 or (128 << 20)
+        self._scratch = RocmArray.empty((max(2 * l2, 256 << 20) // 4,), np.float32)
+        self._start = check(hip.hipEventCreate(), "hipEventCreate")
+        self._stop = check(hip.hipEventCreate(), "hipEventCreate")
+
+    def flush_cache(self):
+        check(hip.hipMemsetD32(ctypes.c_void_p(self._scratch.ptr), 0x3F800000, self._scratch.size), "hipMemsetD32")
+
+    def time(self, fn, mode, calls=1):
+        if mode != "latency":  # device: one call between events; stream: `calls` calls back to back
+            check(hip.hipEventRecord(self._start, None), "hipEventRecord")
+            for _ in range(calls):
+                fn()
+            check(hip.hipEventRecord(self._stop, None), "hipEventRecord")
+            check(hip.hipEventSynchronize(self._stop), "hipEventSynchronize")
+            return check(hip.hipEventElapsedTime(self._start, self._stop), "hipEventElapsedTime") * 1e-3 / calls
+        check(hip.hipDeviceSynchronize(), "hipDeviceSynchronize")
+        t0 = time.perf_counter_ns()
+        fn()
+        check(hip.hipDeviceSynchronize(), "hipDeviceSynchronize")
+        return (time.perf_counter_ns() - t0) * 1e-9
 
 
 TARGET = RocmTarget()

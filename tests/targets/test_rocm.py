@@ -178,7 +178,7 @@ def test_hip_timer_checks_every_call(monkeypatch):
     hip.hipEventSynchronize = lambda ev: (0,)
     hip.hipEventElapsedTime = lambda a, b: (0, 2.5)
     hip.hipMemsetD32 = lambda ptr, value, count: (0,)
-    from arbiter.timing import HipTimer
+    from arbiter.targets.rocm import HipTimer
 
     timer = HipTimer()
     assert timer.cache_bytes == 8 << 20

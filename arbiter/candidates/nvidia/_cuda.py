@@ -92,7 +92,7 @@ class NvidiaCandidate(Candidate):
     load_kernel = staticmethod(kernel)
 
     def available(self):
-        return targets.get("nvidia").available()
+        return targets.get("nvidia").cupy_available()  # type: ignore[attr-defined]  # the nvidia target's
 
     def check_dtype(self, region) -> bool | str:
         if region.dtype not in self.dtypes:

@@ -32,7 +32,10 @@ def torch_available() -> bool | str:
 
 
 def view(array):
-    """A torch tensor sharing ``array``'s memory (DLPack, no copy)."""
+    """A torch tensor sharing ``array``'s memory: itself when it is one (the target's arrays are torch tensors
+    where CuPy is absent), else through DLPack, no copy."""
+    if type(array).__module__.startswith("torch"):
+        return array
     import torch
 
     return torch.from_dlpack(array)
@@ -49,7 +52,7 @@ def tensor(region, name: str):
 
 
 def out_tensor(region):
-    """``region.out`` as a torch tensor (the caller's own when it passed one)."""
+    """``region.out`` as a torch tensor (the caller's own when it passed one, or the target's own)."""
     given = region.torch_in
     if given is not None and "out" in given:
         return given["out"]
@@ -62,8 +65,8 @@ def deliver(region, y):
     if region.out is not None:
         out_tensor(region).copy_(y)
         return region.out
-    if region.torch_in is not None:
-        return y
+    if region.torch_in is not None or targets.get("nvidia").arrays == "torch":  # type: ignore[attr-defined]
+        return y  # a torch caller's, or the target's own array type (no CuPy)
     from arbiter.targets.nvidia import cupy_view
 
     return cupy_view(y)
