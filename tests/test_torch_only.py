@@ -59,6 +59,8 @@ from test_torch import cases
 arbiter.configure(policy="tune")
 for dtype in (torch.float32, torch.float16, torch.bfloat16):
     for op, args in cases("cuda", dtype):
+        if op == "fft" and dtype != torch.float32:
+            continue  # fft takes float32/64 and complex
         y = getattr(at, op)(*args)
         ref = at.REFERENCE[op](*args)
         assert isinstance(y, torch.Tensor) and y.device.type == "cuda" and y.dtype == ref.dtype, (op, y)
