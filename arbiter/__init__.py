@@ -12,13 +12,41 @@ from arbiter import regions  # noqa: E402
 from arbiter.candidates import Candidate, Contract, Fallback, Tier, candidate, register, unregister  # noqa: E402
 from arbiter.dispatch import arbitrate, bind, configure, flush, run_arbitrated, stats  # noqa: E402
 from arbiter.env import project_version as _project_version  # noqa: E402
-from arbiter.errors import ArbiterError, NoCandidateError, RegionError, RegistryError, StrictMissError  # noqa: E402
+from arbiter.errors import (  # noqa: E402
+    ArbiterError,
+    CaptureMissError,
+    NoCandidateError,
+    RegionError,
+    RegistryError,
+    StrictMissError,
+)
+from arbiter.graphs import Captured, capture  # noqa: E402
 from arbiter.ops import register_op  # noqa: E402
 
 __version__ = _project_version()  # from the installed metadata, never a literal
 
 __all__ = [
-    "ArbiterError", "Candidate", "Contract", "Fallback", "NoCandidateError", "RegionError", "RegistryError",
-    "StrictMissError", "Tier", "arbitrate", "bind", "candidate", "configure", "flush", "regions", "register",
-    "register_op", "run_arbitrated", "stats", "unregister",
+    "ArbiterError",
+    "Candidate",
+    "CaptureMissError",
+    "Captured",
+    "Contract",
+    "Fallback",
+    "NoCandidateError",
+    "RegionError",
+    "RegistryError",
+    "StrictMissError",
+    "Tier",
+    "arbitrate",
+    "bind",
+    "candidate",
+    "capture",
+    "configure",
+    "flush",
+    "regions",
+    "register",
+    "register_op",
+    "run_arbitrated",
+    "stats",
+    "unregister",
 ]

@@ -35,9 +35,9 @@ import sys
 import threading
 
 from arbiter import env as envmod
-from arbiter import regions, select
+from arbiter import regions, select, targets
 from arbiter.candidates import REGISTRY, Fallback, run_for_torch
-from arbiter.errors import RegionError, StrictMissError
+from arbiter.errors import CaptureMissError, RegionError, StrictMissError
 from arbiter.ladder import nearest_winners
 from arbiter.ops import op_kind
 from arbiter.solution import ChosenBy, Solution, TextEnum
@@ -331,6 +331,8 @@ def _miss(region, policy):
     if policy not in POLICIES:
         raise ValueError(f"policy: {policy!r} is not one of {', '.join(POLICIES)}")
     policy = MissPolicy(policy)
+    if targets.get(region.target).capturing():  # deciding synchronises the device: impossible in a graph
+        raise CaptureMissError(region.key)
     if _switch("ARBITER_DISABLE"):
         return _serve_disabled(region)
     st = store()

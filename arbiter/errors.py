@@ -28,6 +28,18 @@ class NoCandidateError(ArbiterError, LookupError):
         super().__init__("\n".join(lines))
 
 
+class CaptureMissError(ArbiterError, LookupError):
+    """A key not yet decided in this process was dispatched while its stream was being captured into a CUDA
+    graph. Deciding it runs the F4 gate (and, under policy tune, timing), which synchronise the device and
+    cannot be captured: run the sequence once before capturing (``arbiter.capture`` does)."""
+
+    def __init__(self, key):
+        self.key = key
+        super().__init__(f"{key}: not decided before CUDA-graph capture; deciding it gates (and may time) "
+                         "solutions, which synchronises the device and cannot be captured. Call the sequence "
+                         "once before capturing it (arbiter.capture runs it first), or dispatch it outside capture")
+
+
 class StrictMissError(ArbiterError, LookupError):
     """Policy ``strict``: the key has no stored solution it can serve, and strict forbids deciding now.
 

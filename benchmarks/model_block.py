@@ -11,7 +11,10 @@ Paths, all on the same weights and input:
 * ``arbiter/torch``: the same on torch tensors (torch-native candidates, torch's allocator and stream);
 * ``torch eager``: the block as a PyTorch user writes it (``F.rms_norm``, ``@``, ``addmm`` + ``F.gelu``,
   ``F.scaled_dot_product_attention``);
-* ``torch.compile``: that function compiled (default mode), while a compile budget lasts.
+* ``torch.compile``: that function compiled (default mode), while a compile budget lasts;
+* ``arbiter/torch graph``, ``arbiter/cupy graph``: the arbiter block recorded with ``arbiter.capture`` (a CUDA
+  graph of the warm routes) and replayed; ``torch graph``: the torch block recorded by torch's own recipe
+  (``torch.cuda.graph`` after a side-stream warm-up), the peer a graph is compared with (issue 19 item 1).
 
 Timing is ``arbiter.timing.measure_calls`` for every path: ``device`` (events around one block call, L2
 flushed before it; host gaps between kernels count) and ``stream`` (20 blocks back to back between two
@@ -104,6 +107,28 @@ def torch_block(x, w):
     return x + u @ w["w2"]
 
 
+def torch_graph(fn, *args):
+    """``fn(*args)`` recorded by torch's documented recipe: warm-up on a side stream, then ``torch.cuda.graph``.
+    Returns (replay, output)."""
+    import torch
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            fn(*args)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fn(*args)
+
+    def replay():
+        graph.replay()
+        return out
+
+    return replay
+
+
 def rel_error(y, ref) -> float:
     import torch
 
@@ -139,6 +164,17 @@ def run_config(s: int, d: int, dtype: str, seed: int, compile_left: float) -> di
     for name, fn in paths.items():  # first calls: keys decided (F4 gate) and kernels compiled, untimed
         result["errors"][name] = rel_error(fn(), ref)
     result["first_call_s"] = time.perf_counter() - t0
+    import arbiter
+
+    for name, make in (("arbiter/torch graph", lambda: arbiter.capture(arbiter_block, x, w).replay),
+                       ("arbiter/cupy graph", lambda: arbiter.capture(arbiter_block, xc, wc).replay),
+                       ("torch graph", lambda: torch_graph(torch_block, x, w))):
+        try:
+            replay = make()
+            result["errors"][name] = rel_error(replay(), ref)
+            paths[name] = replay
+        except Exception as exc:  # reported beside the table, the other paths still timed
+            result.setdefault("failed", {})[name] = f"{type(exc).__name__}: {exc}"
     if compile_left > 0:
         torch._dynamo.reset()
         compiled = torch.compile(torch_block)
@@ -177,20 +213,41 @@ def table(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def graph_table(results: list[dict]) -> str:
+    lines = ["| seq × d (ffn 4d), dtype | arbiter/torch graph µs | arbiter/cupy graph µs | torch graph µs | "
+             "torch eager µs | torch graph / arbiter-torch graph | torch graph / arbiter-cupy graph | "
+             "eager / arbiter-torch graph |", "|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        p = r["paths"]
+
+        def us(name, p=p):
+            return p[name]["device"]["median_us"] if name in p else float("nan")
+
+        lines.append(f"| {r['seq']} × {r['d']}, {r['dtype']} | {us('arbiter/torch graph'):.1f} | "
+                     f"{us('arbiter/cupy graph'):.1f} | {us('torch graph'):.1f} | {us('torch eager'):.1f} | "
+                     f"{us('torch graph') / us('arbiter/torch graph'):.3f} | "
+                     f"{us('torch graph') / us('arbiter/cupy graph'):.3f} | "
+                     f"{us('torch eager') / us('arbiter/torch graph'):.3f} |")
+    failed = [f"{r['seq']}x{r['d']} {r['dtype']} {k}: {v}" for r in results for k, v in r.get("failed", {}).items()]
+    return "\n".join(lines + (["", "capture failed: " + "; ".join(failed)] if failed else []))
+
+
 def summary(results: list[dict]) -> str:
     def geo(xs):
         xs = [x for x in xs if x > 0 and math.isfinite(x)]
         return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
 
     out = []
-    for path in ("arbiter/cupy", "arbiter/torch", "torch.compile"):
-        for mode in ("device", "stream"):
-            ratios = [(r["paths"]["torch eager"][mode]["median_us"] / r["paths"][path][mode]["median_us"], r)
-                      for r in results if path in r["paths"]]
-            if not ratios:
-                continue
+    pairs = [(path, "torch eager", mode) for path in ("arbiter/cupy", "arbiter/torch", "torch.compile")
+             for mode in ("device", "stream")]
+    pairs += [(path, peer, "device") for path in ("arbiter/torch graph", "arbiter/cupy graph")
+              for peer in ("torch graph", "torch eager")]
+    for path, peer, mode in pairs:
+        ratios = [(r["paths"][peer][mode]["median_us"] / r["paths"][path][mode]["median_us"], r)
+                  for r in results if path in r["paths"] and peer in r["paths"]]
+        if ratios:
             worst = min(ratios, key=lambda t: t[0])
-            out.append(f"{path} vs torch eager ({mode}): geomean {geo([t[0] for t in ratios]):.3f}x, worst "
+            out.append(f"{path} vs {peer} ({mode}): geomean {geo([t[0] for t in ratios]):.3f}x, worst "
                        f"{worst[0]:.3f}x at {worst[1]['seq']}x{worst[1]['d']} {worst[1]['dtype']}, "
                        f"{sum(t[0] >= 0.97 for t in ratios)}/{len(ratios)} configurations >= 0.97x")
     return "\n".join(out)
@@ -212,7 +269,7 @@ def main() -> int:
         done = {(r["seq"], r["d"], r["dtype"]) for r in results}
         missing = [f"{s}x{d} {t}" for s, d, t in configs(False) if (s, d, t) not in done]
         print(f"{lines[0].get('date')} on {lines[0].get('env', {}).get('device')}\n")
-        print(table(results) + "\n\n" + summary(results)
+        print(table(results) + "\n\n" + graph_table(results) + "\n\n" + summary(results)
               + ("\n\nnot run: " + ", ".join(missing) if missing else ""))
         return 0
     from arbiter import targets
@@ -257,7 +314,7 @@ def main() -> int:
             p = r["paths"]
             print(f"{s}x{d} {dtype}: " + ", ".join(f"{k} {v['device']['median_us']:.1f}" for k, v in p.items())
                   + f" us (first calls {r['first_call_s']:.1f} s, compile {r.get('compile_s', 0):.1f} s)", flush=True)
-    text = table(results) + "\n\n" + summary(results)
+    text = table(results) + "\n\n" + graph_table(results) + "\n\n" + summary(results)
     if skipped:
         text += "\n\nnot run (budget): " + ", ".join(skipped)
     with open(os.path.join(args.out, "model_block.md"), "w") as f:

@@ -79,6 +79,10 @@ class Target:
     def synchronize(self) -> None:
         pass
 
+    def capturing(self) -> bool:
+        """True while this thread's current stream is being captured into a graph (never on the CPU)."""
+        return False
+
     def timer(self) -> Timer:
         """This target's timer (made once; a GPU's needs the device)."""
         raise NotImplementedError

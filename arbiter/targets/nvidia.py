@@ -11,6 +11,7 @@ Neither library is imported at module load, so this module imports on machines w
 """
 from __future__ import annotations
 
+import sys
 import time
 
 import numpy as np
@@ -217,6 +218,20 @@ class NvidiaTarget(Target):
             lib.cuda.get_current_stream().synchronize()
         else:
             lib.cuda.current_stream().synchronize()
+
+    def capturing(self) -> bool:
+        """True while torch's or CuPy's current stream is being captured into a CUDA graph. Asked on a miss only
+        (never on the hot path); a library not imported yet cannot be capturing."""
+        torch = sys.modules.get("torch")
+        if torch is not None and torch.cuda.is_initialized() and torch.cuda.is_current_stream_capturing():
+            return True
+        cp = sys.modules.get("cupy")
+        if cp is None or self.arrays != "cupy":
+            return False
+        try:
+            return bool(cp.cuda.get_current_stream().is_capturing())
+        except Exception:  # the legacy stream refuses the query while another stream captures: capturing
+            return True
 
     def timer(self) -> CudaTimer:
         if self._timer is None:
