@@ -195,12 +195,15 @@ class Bound:
             setattr(region, slot, getattr(template, slot))
         if region.torch_in is not None:
             region.torch_in = dict(region.torch_in)  # this call's tensors, not the template's
+        torch_in = region.torch_in
         for name, array, sig in zip(names, operands, sigs):
             got = _signature(array)
             if got != sig:
                 raise RegionError(name, _differs(got, sig))
-            # a torch tensor: its native view (and, for a torch caller, the tensor itself) for this call
-            if got[0].__module__.startswith("torch"):
+            if torch_in is not None:  # a torch caller: its tensors are the operands (views only for CuPy kernels)
+                torch_in[name] = array
+                setattr(region, name, array)
+            elif got[0].__module__.startswith("torch"):  # a tensor among CuPy arrays: its native view
                 setattr(region, name, region._adopt(name, array, region.target)[1])
             else:
                 setattr(region, name, array)
