@@ -1,7 +1,7 @@
 """Measured selection for one problem key (DESIGN.md contracts 2 and 3).
 
 ``tune_region(region, store)``: gate every solution (every candidate, every
-parameter set), time each one that passed, and decide:
+parameter set), time each one that passed (once per distinct launch: ``distinct_launches``), and decide:
 
 * the fastest solution becomes the key's solution with policy ``measured`` when
   its margin over the next (or, when it is not the tier default, over the tier
@@ -90,8 +90,9 @@ def tune_region(region, store, *, mode: str = TimingMode.DEVICE, budget_s: float
                                                                                for r in decision.rows)))
             modes = [mode] if region.target == "cpu" else list(TimingMode)  # GPUs: device, latency, stream
             # Time the tier default first, so early screening has a baseline from the start.
-            order = [decision.winner] + [r for r in decision.rows
-                                         if r.status == Status.PASSED and r is not decision.winner]
+            order = distinct_launches([decision.winner] + [r for r in decision.rows
+                                                           if r.status == Status.PASSED and r is not decision.winner],
+                                      region)
             with timing_lock or contextlib.nullcontext():
                 records = _time_rows(order, region, store, decision.env, runner, mode, cap, modes, progress)
                 retime = functools.partial(_retime, region=region, runner=runner, mode=mode, cap=cap,
@@ -103,6 +104,25 @@ def tune_region(region, store, *, mode: str = TimingMode.DEVICE, budget_s: float
     if nothing_passed is not None:
         raise nothing_passed
     return decision
+
+
+def distinct_launches(rows, region) -> list:
+    """``rows`` less those whose parameters run the same code on ``region`` as an earlier row of the same candidate
+    (``Candidate.launch_signature``): timing one kernel twice costs tuning time and can only crown noise. A row
+    left out keeps its passed verdict; its reason names the row timed for it, and it ranks nowhere."""
+    timed: list = []
+    first: dict = {}  # (candidate, signature) -> the first row with it
+    for row in rows:
+        try:
+            signature = row.candidate.launch_signature(region, row.params)
+        except Exception:  # the candidate's fault, never the tuner's: the row is timed on its own
+            signature = ("params", row.solution.params_id)
+        twin = first.setdefault((row.candidate.name, signature), row)
+        if twin is row:
+            timed.append(row)
+        else:
+            row.rank, row.reason = None, f"runs as {twin.label}: timed once"
+    return timed
 
 
 def _measure(runner, row, region, **kwargs):
@@ -160,8 +180,10 @@ def _alone(rows) -> str:
     """Why one solution was timed alone: how many others were excluded, and how many failed the gate."""
     excluded = sum(r.status == Status.EXCLUDED for r in rows)
     failed = sum(r.status == Status.FAILED for r in rows)
+    twins = sum(r.status == Status.PASSED and r.timing is None and bool(r.reason) for r in rows)
     why = [f"{excluded} excluded (unavailable or not applicable)"] if excluded else []
     why += [f"{failed} failed the gate"] if failed else []
+    why += [f"{twins} run as the one timed"] if twins else []
     return "no other solution to time: " + (", ".join(why) if why else "it is the only one registered")
 
 

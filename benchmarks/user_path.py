@@ -30,17 +30,14 @@ def host_cost(n: int = 3000) -> dict:
     import numpy as np
 
     import arbiter
-    from arbiter.candidates.nvidia._cuda import kernel
-    from arbiter.candidates.nvidia._rows import _launch_plan
     from arbiter.regions import RMSNorm
 
     x = cp.asarray(np.random.default_rng(0).standard_normal((256, 512)), dtype=cp.float32)
     w = cp.asarray(np.random.default_rng(1).standard_normal(512), dtype=cp.float32)
     region = RMSNorm(x, w, eps=1e-6)
     arbiter.arbitrate("rmsnorm", region, force="rmsnorm_rows")
-    params = arbiter.candidates.REGISTRY.get("rmsnorm_rows", "nvidia", "rmsnorm").param_space()[0]
-    fn, grid, block, _, _ = _launch_plan("rmsnorm.cu", "rmsnorm_rows", region, cp.empty_like(x),
-                                            params["threads"], 4, params["vec"], kernel)
+    emitted = arbiter.candidates.REGISTRY.get("rmsnorm_rows", "nvidia", "rmsnorm")
+    fn, grid, block, _, _ = emitted.launch_plan(region, emitted.param_space()[0], cp.empty_like(x))
     eps = np.float32(1e-6)
     rows, cols = np.int32(256), np.int32(512)
     ld = np.int64(512)

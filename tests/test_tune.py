@@ -119,3 +119,54 @@ def test_policy_record_serves_by_tier_and_records_the_key(monkeypatch):
     arbiter.run_arbitrated("matmul", r)
     assert dispatch.route(r.key.id).chosen_by == "tier"
     assert dispatch.store().recorded_keys() == [(r.key.id, {"m": 30, "n": 40, "k": 50})]
+
+
+class VectorTiles(Candidate):
+    """Parameter sets that coincide: ``vec`` does nothing when K is not a multiple of 4, and tiles 16 and 32 run
+    as one launch (as a GPU row kernel's thread counts rounded up by its plan)."""
+
+    name, target, op, tier = "vector_tiles", "cpu", "matmul", Tier.EMITTED
+
+    def param_space(self):
+        return [{"tile": 8, "vec": True}, {"tile": 8, "vec": False}, {"tile": 16, "vec": True},
+                {"tile": 32, "vec": True}, {"tile": 32, "vec": False}]
+
+    def launch_signature(self, region, params):
+        return min(params["tile"], 16), params["vec"] and region.dims["k"] % 4 == 0
+
+    def run(self, region, params):
+        return mm(region)
+
+
+class Recording:
+    """The in-process runner, recording every solution it times."""
+
+    verify = None
+
+    def __init__(self):
+        self.timed: list = []
+
+    def measure(self, candidate, params, region, **kwargs):
+        self.timed.append((candidate.name, tuple(sorted(params.items())), kwargs["mode"]))
+        return measure(candidate, params, region, **kwargs)
+
+
+@pytest.mark.parametrize("k, distinct", [(25, [(8, True), (16, True)]),
+                                         (24, [(8, True), (8, False), (16, True), (32, False)])])
+def test_parameter_sets_with_one_launch_are_timed_once(only_candidates, k, distinct):
+    only_candidates("cpu", "matmul", SlowVendor(OVERHEAD_S), VectorTiles())
+    runner = Recording()
+    decision = tune_region(small(k=k), dispatch.store(), runner=runner)
+    # (a close margin is timed again: the same solutions, so first appearances are what was timed)
+    mine = [dict(p) for p in dict.fromkeys(p for name, p, _ in runner.timed if name == "vector_tiles")]
+    assert [(p["tile"], p["vec"]) for p in mine] == distinct  # each launch once, the first parameter set of it
+    assert ("slow_vendor", (), "device") in runner.timed  # another candidate's default signature is its own
+    rows = [r for r in decision.rows if r.candidate.name == "vector_tiles"]
+    twins = [r for r in rows if r.params not in mine]
+    assert len(twins) == 5 - len(distinct)
+    for row in twins:  # gated and passed, not timed, ranked nowhere, and saying which solution ran for it
+        assert row.status == "passed" and row.timing is None and row.rank is None
+        assert row.reason.startswith("runs as vector_tiles{") and row.reason.endswith(": timed once")
+    stored = dispatch.store().load_measurements(decision.key.id, decision.env.fingerprint)
+    assert {m.solution for m in stored if m.candidate_name == "vector_tiles"} == \
+        {r.solution for r in rows if r not in twins}

@@ -23,6 +23,7 @@ import os
 import pkgutil
 import threading
 import warnings
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -135,13 +136,14 @@ class Candidate:
     """One implementation of ``op`` on ``target`` at ``tier``.
 
     Subclasses set the class attributes and implement ``run``; they may override
-    ``available``, ``applies_to``, ``param_space`` and ``identity``.
+    ``available``, ``applies_to``, ``param_space``, ``launch_signature`` and ``identity``.
 
     * ``available()`` -> ``True``, or a string saying why not (``False`` gives a generic reason).
     * ``applies_to(region)`` -> ``True``, or a string saying why not (structure, shape, alignment).
     * ``run(region, params)`` -> the output. When ``region.out`` is set the output must be written
       there and returned; ``region.alloc_out()`` gives the buffer to write either way.
     * ``param_space()`` -> the parameter sets (solution indices) it offers; the first is its default.
+    * ``launch_signature(region, params)`` -> equal for parameter sets that run the same code on ``region``.
     * ``identity()`` -> the code identity: changes whenever the code that computes the result does,
       so verdicts are taken again.
     """
@@ -161,6 +163,13 @@ class Candidate:
 
     def param_space(self) -> list[dict]:
         return [{}]
+
+    def launch_signature(self, region, params: dict):
+        """What decides the work ``run(region, params)`` does, hashable: parameter sets with equal signatures
+        for a region run the same code (the same compiled kernel, the same launch), so the tuner times only one
+        of them. The parameters themselves by default; a candidate whose parameters can coincide (a vector width
+        a shape cannot use, thread counts rounded to the same launch) says so here."""
+        return params_id(params)
 
     def run(self, region, params: dict):
         raise NotImplementedError
@@ -239,6 +248,7 @@ class FunctionCandidate(Candidate):
 # own version (budgets, oracles, probe catalogue). Code parts are cached per code object; values are
 # read afresh each time.
 _code_text: dict = {}
+_sources: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # candidate -> (its code objects' ids, source())
 _MAX_DEPTH = 3
 
 
@@ -389,11 +399,13 @@ def behaviour_text(candidate) -> str:
     """Everything ``Candidate.identity`` digests (see the section comment above)."""
     seen: set = set()
     funcs = candidate.functions()
-    # source() reads files (and the BLAS identity): cached per class and code objects, which a reload replaces
-    skey = (type(candidate), tuple(id(getattr(getattr(f, "py_func", f), "__code__", f)) for f in funcs))
-    source = _code_text.get(skey)
-    if source is None:
-        source = _code_text[skey] = candidate.source()
+    # source() reads files (and the BLAS identity): cached per candidate and code objects, which a reload replaces.
+    # Per candidate, not per class: one class may serve several candidates (the table of GPU row kernels).
+    codes = tuple(id(getattr(getattr(f, "py_func", f), "__code__", f)) for f in funcs)
+    cached = _sources.get(candidate)
+    if cached is None or cached[0] != codes:
+        cached = _sources[candidate] = (codes, candidate.source())
+    source = cached[1]
     parts = [source, f"gate={gate.gate_version()}"]
     for fn in funcs:
         parts.append(_function_text(fn, seen, 0))

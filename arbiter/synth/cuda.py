@@ -11,15 +11,16 @@
   column count, so the thread shape and trip counts are compile-time constants.
 
 Each returns a ``Kernel``: entry name, the full readable source, and its content hash as its
-identity. ``compile_kernel`` compiles with NVRTC through CuPy (imported only then) and caches by
-that hash in the process; CuPy's own kernel cache keeps the binary across processes.
+identity. ``compile_kernel`` compiles through the nvidia target's kernel backend (``arbiter.targets.nvrtc``:
+NVRTC through CuPy, imported only then), which caches by the source's hash in the process; CuPy's own kernel
+cache keeps the binary across processes.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from arbiter.synth import ACTIVATIONS, Chain, content_hash, render_expression
-from arbiter.targets.nvrtc import compiled, kernel_source
+from arbiter.targets.nvrtc import BACKEND
 
 DTYPES = ("float32", "float16", "bfloat16")
 _FUNCTIONS = {"erf": "erff", "tanh": "tanhf", "exp": "expf", "max": "fmaxf"}
@@ -82,11 +83,11 @@ def gemm_kernel(chain: Chain, dtype: str, tile: tuple, residual_col_stride: int 
     if dtype == "float32":
         bm, bn, bk, tm, tn = tile
         defines = {"BM": bm, "BN": bn, "BK": bk, "TM": tm, "TN": tn}
-        return Kernel("gemm_tiled", kernel_source(dtype, defines, ("gemm_tiled.cu",), prelude=epilogue))
+        return Kernel("gemm_tiled", BACKEND.source(dtype, defines, ("gemm_tiled.cu",), prelude=epilogue))
     bm, bn, bk, wm, wn = tile
     mma = '"f16"' if dtype == "float16" else '"bf16"'
     defines = {"BM": bm, "BN": bn, "BK": bk, "WM": wm, "WN": wn, "MMA_TYPE": mma}
-    return Kernel("gemm_mma", kernel_source(dtype, defines, ("gemm_mma.cu",), prelude=epilogue))
+    return Kernel("gemm_mma", BACKEND.source(dtype, defines, ("gemm_mma.cu",), prelude=epilogue))
 
 
 # --- fused row kernels --------------------------------------------------------------------------
@@ -182,15 +183,9 @@ def row_kernel(op: str, dtype: str, cols: int, vec: int) -> Kernel:
                               name=name, w_param="const T* __restrict__ W, " if program.weights else "",
                               fill=program.fill, w_load=w_load, body="".join(body))
     defines = {"COLS": cols, "ROW_THREADS": threads, "ROWS_PER_BLOCK": rpb, "VEC": vec, "ITERS": iters}
-    return Kernel(name, kernel_source(dtype, defines, ("rows_common.cuh",), prelude="") + "\n" + text)
-
-
-_compiled: dict[str, object] = {}
+    return Kernel(name, BACKEND.source(dtype, defines, ("rows_common.cuh",), prelude="") + "\n" + text)
 
 
 def compile_kernel(kernel: Kernel):
-    """The CuPy function for ``kernel``, compiled once per process (keyed by content hash)."""
-    fn = _compiled.get(kernel.identity)
-    if fn is None:
-        fn = _compiled[kernel.identity] = compiled(kernel.source, kernel.name)
-    return fn
+    """The CuPy function for ``kernel``: compiled by the nvidia backend once per process (by source hash)."""
+    return BACKEND.compiled(kernel.source, kernel.name)

@@ -11,7 +11,8 @@ The result is a ``arbiter.synth.cuda.Kernel``: its identity is the content hash 
 from __future__ import annotations
 
 from arbiter.synth.cuda import DTYPES, Kernel
-from arbiter.targets.nvrtc import VEC16, kernel_source
+from arbiter.targets.kernels import VEC16
+from arbiter.targets.nvrtc import BACKEND
 
 # Each unary step as a CUDA expression in v (float).
 UNARY = {
@@ -102,7 +103,7 @@ def pointwise_kernel(steps, dtype: str, vec: int) -> Kernel:
         vec_args="".join(f", {t}v[e]" for t in t_names) + "".join(f", {s}" for s in s_names),
         scalar_args="".join(f", to_f({t}[i])" for t in t_names) + "".join(f", {s}" for s in s_names),
     )
-    return Kernel("synth_pointwise", kernel_source(dtype, {"VEC": vec}, (), prelude=text))
+    return Kernel("synth_pointwise", BACKEND.source(dtype, {"VEC": vec}, (), prelude=text))
 
 
 def arguments(region) -> tuple:

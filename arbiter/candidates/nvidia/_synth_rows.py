@@ -7,11 +7,13 @@ import numpy as np
 
 from arbiter import synth
 from arbiter.candidates import Tier
-from arbiter.candidates.nvidia._cuda import NvidiaCandidate, aligned16, check_rows
+from arbiter.candidates.gpu import aligned16
+from arbiter.candidates.gpu_rows import MAX_PER_THREAD, MAX_THREADS, check_rows
+from arbiter.candidates.nvidia._cuda import NvidiaCandidate
 from arbiter.synth import cuda as synth_cuda
-from arbiter.targets.nvrtc import VEC16
+from arbiter.targets.kernels import VEC16
 
-MAX_COLS = 1024 * 64  # 1024 threads x 64 registers
+MAX_COLS = MAX_THREADS * MAX_PER_THREAD
 
 
 class SynthRows(NvidiaCandidate):

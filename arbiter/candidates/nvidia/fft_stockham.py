@@ -10,7 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 from arbiter.candidates import Tier, register
-from arbiter.candidates.nvidia._cuda import NvidiaCandidate, cupy, kernel
+from arbiter.candidates.nvidia._cuda import NvidiaCandidate, cupy
+from arbiter.targets.nvrtc import kernel
 
 SMEM_MAX = {False: 2048, True: 1024}  # longest row for fft_smem: 2 buffers x N complex <= 32 KiB
 _KIND = {("c2c", False): 0, ("c2c", True): 0, ("r2c", False): 1, ("r2c", True): 2}

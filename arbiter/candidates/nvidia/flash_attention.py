@@ -12,7 +12,8 @@ from __future__ import annotations
 import numpy as np
 
 from arbiter.candidates import Tier, register
-from arbiter.candidates.nvidia._cuda import NvidiaCandidate, kernel
+from arbiter.candidates.nvidia._cuda import NvidiaCandidate
+from arbiter.targets.nvrtc import kernel
 
 MAX_D = 128
 SMEM_FLOATS = 48 * 1024 // 4  # static shared memory: Q rows + a padded K tile + a V tile (float each)

@@ -10,7 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 from arbiter.candidates import Tier, register
-from arbiter.candidates.nvidia._cuda import NvidiaCandidate, cupy, kernel
+from arbiter.candidates.nvidia._cuda import NvidiaCandidate, cupy
+from arbiter.targets.nvrtc import kernel
 
 THREADS = 256
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 import numpy as np
 
 from arbiter.candidates import Tier, register
-from arbiter.candidates.nvidia._cuda import NvidiaCandidate, kernel
+from arbiter.candidates.nvidia._cuda import NvidiaCandidate
+from arbiter.targets.nvrtc import kernel
 
 # (BM, BN, BK, TM, TN)
 TILES = [(64, 64, 16, 4, 4), (32, 32, 32, 2, 2), (128, 64, 16, 8, 4), (16, 16, 16, 1, 1)]

@@ -8,15 +8,9 @@ from __future__ import annotations
 import numpy as np
 
 from arbiter.candidates import Tier, register
-from arbiter.candidates.nvidia._cuda import (
-    IDENTITY_EPILOGUE,
-    NvidiaCandidate,
-    check_gemm,
-    finish_epilogue,
-    gemm_output,
-    kernel,
-    row_stride,
-)
+from arbiter.candidates.gpu import row_stride
+from arbiter.candidates.nvidia._cuda import IDENTITY_EPILOGUE, NvidiaCandidate, check_gemm, finish_epilogue, gemm_output
+from arbiter.targets.nvrtc import kernel
 
 # (BM, BN, BK, WM, WN): block tile, K slice, warps along M and N.
 TILES = [(64, 64, 32, 2, 2), (128, 128, 32, 2, 4), (32, 32, 32, 1, 2), (128, 64, 32, 2, 2), (64, 128, 32, 2, 2)]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from arbiter.candidates import Tier, register
+from arbiter.candidates.gpu import row_stride
 from arbiter.candidates.nvidia._cuda import (
     IDENTITY_EPILOGUE,
     NvidiaCandidate,
@@ -17,10 +18,9 @@ from arbiter.candidates.nvidia._cuda import (
     cupy,
     finish_epilogue,
     gemm_output,
-    kernel,
-    row_stride,
 )
 from arbiter.candidates.nvidia.gemm_tiled import launch_tiled, tiled_kernel
+from arbiter.targets.nvrtc import kernel
 
 # (BM, BN, BK, TM, TN, splits)
 CONFIGS = [(32, 32, 32, 2, 2, 8), (16, 64, 32, 1, 4, 16), (32, 64, 32, 2, 4, 32), (64, 64, 16, 4, 4, 4)]

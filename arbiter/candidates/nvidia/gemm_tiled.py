@@ -8,15 +8,9 @@ from __future__ import annotations
 import numpy as np
 
 from arbiter.candidates import Tier, register
-from arbiter.candidates.nvidia._cuda import (
-    IDENTITY_EPILOGUE,
-    NvidiaCandidate,
-    check_gemm,
-    finish_epilogue,
-    gemm_output,
-    kernel,
-    row_stride,
-)
+from arbiter.candidates.gpu import row_stride
+from arbiter.candidates.nvidia._cuda import IDENTITY_EPILOGUE, NvidiaCandidate, check_gemm, finish_epilogue, gemm_output
+from arbiter.targets.nvrtc import kernel
 
 # (BM, BN, BK, TM, TN); 256 threads each, except the 16x16 tile for tiny products.
 TILES = [(64, 64, 16, 4, 4), (32, 32, 32, 2, 2), (16, 16, 16, 1, 1), (128, 128, 8, 8, 8), (128, 64, 16, 8, 4)]
@@ -60,7 +54,7 @@ class GemmTiled(NvidiaCandidate):
         out = region.alloc_out()
         tile = tuple(params["tile"])
         buf, extra = gemm_output(region, out)
-        fn = tiled_kernel(region.dtype, tile, IDENTITY_EPILOGUE, extra=extra, load_kernel=self.load_kernel)
+        fn = tiled_kernel(region.dtype, tile, IDENTITY_EPILOGUE, extra=extra, load_kernel=self.backend.kernel)
         if region.dims["m"] and region.dims["n"]:
             launch_tiled(fn, tile, region, buf, out, out, 0)  # out stands in for the unused epilogue pointers
         finish_epilogue(region, buf, out)

@@ -8,16 +8,9 @@ from __future__ import annotations
 import numpy as np
 
 from arbiter.candidates import Tier, register
-from arbiter.candidates.nvidia._cuda import (
-    IDENTITY_EPILOGUE,
-    NvidiaCandidate,
-    aligned16,
-    check_gemm,
-    finish_epilogue,
-    gemm_output,
-    row_stride,
-)
-from arbiter.targets.nvrtc import VEC16
+from arbiter.candidates.gpu import aligned16, row_stride
+from arbiter.candidates.nvidia._cuda import IDENTITY_EPILOGUE, NvidiaCandidate, check_gemm, finish_epilogue, gemm_output
+from arbiter.targets.kernels import VEC16
 
 
 class Gemv(NvidiaCandidate):
@@ -47,7 +40,7 @@ class Gemv(NvidiaCandidate):
         vec = VEC16[region.dtype] if params["vec"] and lda % VEC16[region.dtype] == 0 and aligned16(a, x, out) else 1
         rows = params["rows"]
         buf, extra = gemm_output(region, out)
-        fn = self.load_kernel("gemv_warp", region.dtype, ("gemv.cu",), (("ROWS", rows), ("VEC", vec)) + extra,
+        fn = self.backend.kernel("gemv_warp", region.dtype, ("gemv.cu",), (("ROWS", rows), ("VEC", vec)) + extra,
                               IDENTITY_EPILOGUE)
         if m:
             fn(((m + rows - 1) // rows,), (rows * 32,),

@@ -13,10 +13,11 @@ from collections.abc import Callable
 import numpy as np
 
 from arbiter.candidates import Tier, register
-from arbiter.candidates.nvidia._cuda import NvidiaCandidate, aligned16
+from arbiter.candidates.gpu import aligned16
+from arbiter.candidates.nvidia._cuda import NvidiaCandidate
 from arbiter.synth import cuda as synth_cuda
 from arbiter.synth import cuda_pointwise
-from arbiter.targets.nvrtc import VEC16
+from arbiter.targets.kernels import VEC16
 
 MAX_BLOCKS = 4096  # grid-stride beyond this: enough blocks in flight for any current GPU
 

@@ -10,7 +10,7 @@ from arbiter.candidates.nvidia.gemm_tiled import GemmTiled
 from arbiter.candidates.rocm._hip import RocmCandidate
 
 
-class RocmGemmTiled(RocmCandidate, GemmTiled):  # type: ignore[misc]  # templates: declared in RocmCandidate, valued in the nvidia class
+class RocmGemmTiled(RocmCandidate, GemmTiled):
     name = "rocm_gemm_tiled"
 
 

@@ -10,7 +10,7 @@ from arbiter.candidates.nvidia.gemv import Gemv
 from arbiter.candidates.rocm._hip import RocmCandidate
 
 
-class RocmGemv(RocmCandidate, Gemv):  # type: ignore[misc]  # templates: declared in RocmCandidate, valued in the nvidia class
+class RocmGemv(RocmCandidate, Gemv):
     name = "rocm_gemv"
 
 

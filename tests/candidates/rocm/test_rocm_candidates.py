@@ -12,9 +12,10 @@ import pytest
 
 import rocm_fake
 from arbiter.candidates import REGISTRY
-from arbiter.candidates.rocm import _hip
 from arbiter.regions import Matmul, Softmax
 from arbiter.targets import rocm
+from arbiter.targets.hiprtc import BACKEND as HIP
+from arbiter.targets.nvrtc import BACKEND as CUDA
 from arbiter.verify import verify
 
 KERNELS = [  # (files, defines) as the rocm candidates build them
@@ -38,7 +39,7 @@ def test_hip_expansion_has_no_cuda_only_constructs(files, defines):
     from arbiter.candidates.nvidia._cuda import IDENTITY_EPILOGUE
 
     prelude = IDENTITY_EPILOGUE if files[0].startswith(("gemm", "gemv")) else ""
-    text = preprocess(_hip.kernel_source("float32", dict(defines), files, prelude),
+    text = preprocess(HIP.source("float32", dict(defines), files, prelude),
                       "-D__HIPCC_RTC__", "-D__HIP_PLATFORM_AMD__")
     for pattern in CUDA_ONLY:
         assert not re.search(pattern, text), f"{files}: HIP expansion still has {pattern}"
@@ -50,17 +51,16 @@ def test_hip_expansion_has_no_cuda_only_constructs(files, defines):
 @pytest.mark.parametrize("files, defines", KERNELS)
 def test_cuda_expansion_is_the_nvidia_source(files, defines):
     """Under CUDA, portable.cuh adds nothing: the text NVRTC sees equals the nvidia target's own."""
-    from arbiter.targets.nvrtc import kernel_source as cuda_source
-
-    ours = preprocess(_hip.kernel_source("float32", dict(defines), files), "-D__CUDACC__")
-    theirs = preprocess(cuda_source("float32", dict(defines), files), "-D__CUDACC__")
+    ours = preprocess(HIP.source("float32", dict(defines), files), "-D__CUDACC__")
+    theirs = preprocess(CUDA.source("float32", dict(defines), files), "-D__CUDACC__")
     assert ours == theirs
 
 
 def test_half_types_keep_ptx_so_rocm_kernels_serve_float32_only():
-    text = preprocess(_hip.kernel_source("float16", {}, ()), "-D__HIPCC_RTC__")
-    assert "cvt.f32.f16" in text  # the reason KERNEL_DTYPES is float32 (common.cuh's conversions)
-    assert _hip.KERNEL_DTYPES == ("float32",)
+    text = preprocess(HIP.source("float16", {}, ()), "-D__HIPCC_RTC__")
+    assert "cvt.f32.f16" in text  # the reason the backend's dtypes are float32 (common.cuh's conversions)
+    assert HIP.dtypes == ("float32",)
+    assert all(c.dtypes == ("float32",) for op in ("softmax", "rmsnorm") for c in REGISTRY.candidates("rocm", op))
 
 
 def test_every_rocm_candidate_is_unavailable_with_the_target_reason(monkeypatch):
@@ -79,8 +79,7 @@ def test_every_rocm_candidate_is_unavailable_with_the_target_reason(monkeypatch)
 def fake(monkeypatch):
     hip, hiprtc, blas = rocm_fake.install(monkeypatch, rocm)
     monkeypatch.setattr(rocm, "_handles", {})
-    monkeypatch.setattr(_hip, "_kernels", {})
-    monkeypatch.setattr(_hip, "_compiled", {})
+    HIP.clear()  # kernels of an earlier fake device
     assert rocm.TARGET.available() is True
     return hip, hiprtc, blas
 
