@@ -144,8 +144,8 @@ class RowKernel(GpuCandidate):
 
     def launch_signature(self, region, params):
         # The defines decide the kernel, the grid and the block. Taken as if every array were 16-byte aligned:
-        # two parameter sets equal here then launch alike at any alignment (``plan``), and the input sets the
-        # tuner rotates through are fresh, aligned allocations.
+        # two parameter sets equal here then launch alike at any alignment (see ``plan``), so the signature holds
+        # for every input set the tuner rotates through, whatever their addresses.
         return self.defines(region, params, params["vec"], self._present(region))
 
     def _present(self, region) -> tuple[bool, ...]:
