@@ -114,10 +114,9 @@ def distinct_launches(rows, region) -> list:
     first: dict = {}  # (candidate, signature) -> the first row with it
     for row in rows:
         try:
-            signature = row.candidate.launch_signature(region, row.params)
-        except Exception:  # the candidate's fault, never the tuner's: the row is timed on its own
-            signature = ("params", row.solution.params_id)
-        twin = first.setdefault((row.candidate.name, signature), row)
+            twin = first.setdefault((row.candidate.name, row.candidate.launch_signature(region, row.params)), row)
+        except Exception:  # raised, or not hashable: the candidate's fault, never the tuner's; timed on its own
+            twin = row
         if twin is row:
             timed.append(row)
         else:

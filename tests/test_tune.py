@@ -170,3 +170,18 @@ def test_parameter_sets_with_one_launch_are_timed_once(only_candidates, k, disti
     stored = dispatch.store().load_measurements(decision.key.id, decision.env.fingerprint)
     assert {m.solution for m in stored if m.candidate_name == "vector_tiles"} == \
         {r.solution for r in rows if r not in twins}
+
+
+class BrokenSignature(VectorTiles):
+    name = "broken_signature"
+
+    def launch_signature(self, region, params):
+        return [params["tile"]]  # a list: not hashable
+
+
+def test_a_signature_that_cannot_be_used_times_every_parameter_set(only_candidates):
+    only_candidates("cpu", "matmul", BrokenSignature())
+    runner = Recording()
+    decision = tune_region(small(k=25), dispatch.store(), runner=runner)
+    assert len({p for name, p, _ in runner.timed if name == "broken_signature"}) == 5
+    assert not any(r.reason for r in decision.rows)

@@ -120,7 +120,8 @@ class RowKernel(GpuCandidate):
         self.templates = (ROWS_COMMON, spec.template)
         self.dtypes = tuple(d for d in spec.dtypes if d in backend.dtypes)
         # A dispatched call's arrays and scalars, read in one C call each (this is the warm path).
-        self._operands = attrgetter(*spec.operands, *spec.scalars)
+        self._arrays_of = attrgetter(*spec.operands)
+        self._scalars_of = attrgetter(*spec.scalars) if spec.scalars else None
 
     def param_space(self):
         return [dict(p) for p in self.spec.params]
@@ -152,18 +153,21 @@ class RowKernel(GpuCandidate):
         return tuple(getattr(region, name) is not None for name in self.spec.optional)
 
     def _arguments(self, region) -> tuple[tuple, tuple]:
-        """(the arrays, the scalars) passed around the output and the sizes."""
-        values = self._operands(region)
-        if type(values) is not tuple:  # attrgetter of one name: the value itself
-            return (values,), ()
-        n = len(self.spec.operands)
-        arrays = values[:n]
-        if self.spec.optional:  # an absent optional operand: the one before it (see RowSpec). Tested with `is`:
+        """(the arrays, the scalars as float32) passed around the output and the sizes."""
+        arrays = self._arrays_of(region)
+        if type(arrays) is not tuple:  # attrgetter of one name gives the value itself
+            arrays = (arrays,)
+        elif self.spec.optional:  # an absent optional operand: the one before it (see RowSpec). Tested with `is`:
             packed: list = []  # `None in arrays` would compare device arrays with ==, elementwise
             for array in arrays:
                 packed.append(packed[-1] if array is None else array)
             arrays = tuple(packed)
-        return arrays, tuple(map(np.float32, values[n:]))
+        if self._scalars_of is None:
+            return arrays, ()
+        scalars = self._scalars_of(region)
+        if isinstance(scalars, tuple):
+            return arrays, tuple(map(np.float32, scalars))
+        return arrays, (np.float32(scalars),)
 
     def launch_plan(self, region, params: dict, out) -> tuple:
         """(kernel, grid, block, integer arguments, whether there is work) of ``run(region, params)`` writing

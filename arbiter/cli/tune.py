@@ -80,8 +80,9 @@ def autotune_table(problem_label: str, decision) -> Table:
         table.add_column(col, no_wrap=col in ("tier", "median µs", "spread", ""))
     for row in decision.rows:
         m = row.timing
+        # (a passed row's reason names the solution timed for it: the same launch)
         verdict = row.reason if row.status != Status.PASSED else \
-            "; ".join(filter(None, [f"pass {row.verdict.rel_error:.1e}", row.reason]))  # reason: a twin's
+            "; ".join(filter(None, [f"pass {row.verdict.rel_error:.1e}", row.reason]))
         table.add_row(lit(row.label), row.candidate.tier.name, lit(shorten(verdict)),
                       _fmt_us(m.median_s) if m else "", f"{m.spread * 100:.1f}%" if m else "",
                       f"{m.reps}{' screened' if m.screened else ''}" if m else "",
