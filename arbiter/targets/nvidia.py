@@ -11,6 +11,7 @@ Neither library is imported at module load, so this module imports on machines w
 """
 from __future__ import annotations
 
+import functools
 import sys
 import time
 
@@ -73,8 +74,10 @@ def _cupy_reason() -> bool | str:
     return True
 
 
-def _torch_reason() -> bool | str:
-    """True when PyTorch imports, sees a CUDA device and computes on it right; else why not."""
+@functools.cache
+def torch_reason() -> bool | str:
+    """True when PyTorch imports, sees a CUDA device and computes on it right; else why not (asked once: the
+    target's gate and the torch candidates' availability share the answer)."""
     try:
         import torch
     except Exception as exc:
@@ -112,7 +115,7 @@ class NvidiaTarget(Target):
         if self._cupy is True:
             self.arrays = "cupy"
             return True
-        via_torch = _torch_reason()
+        via_torch = torch_reason()
         if via_torch is True:
             self.arrays = "torch"
             return True

@@ -7,28 +7,19 @@ torch allocated (its caching allocator) for a torch caller, a zero-copy CuPy vie
 """
 from __future__ import annotations
 
-from functools import lru_cache
-
 from arbiter import targets
 from arbiter.candidates import Tier
 from arbiter.candidates.nvidia._cuda import NvidiaCandidate
-
-
-@lru_cache(maxsize=1)
-def torch_reason() -> bool | str:
-    """True when PyTorch imports and sees a CUDA device; else why not."""
-    try:
-        import torch
-    except Exception as exc:
-        return f"PyTorch does not import ({type(exc).__name__}); install kernel-arbiter[torch]"
-    if not torch.cuda.is_available():
-        return f"PyTorch {torch.__version__} sees no CUDA device"
-    return True
+from arbiter.targets.nvidia import torch_reason
 
 
 def torch_available() -> bool | str:
+    """True when the nvidia target is available and PyTorch computes on its device; else why not."""
     ok = targets.get("nvidia").available()
-    return torch_reason() if ok is True else ok
+    if ok is not True:
+        return ok
+    reason = torch_reason()
+    return True if reason is True else f"{reason}; install kernel-arbiter[torch] (a CUDA build)"
 
 
 def view(array):
