@@ -20,6 +20,7 @@ from arbiter import targets
 from arbiter.errors import RegionError
 from arbiter.keys import EXACT, ProblemKey, bucket_of, layout_class
 from arbiter.memo import Memo
+from arbiter.region_memo import Memoized, slots_of
 
 DTYPES = ("float16", "bfloat16", "float32", "float64")
 # dtype -> name, filled as dtypes are seen: str(dtype) costs microseconds, a dict hit 50 ns.
@@ -43,6 +44,8 @@ _consent = _Consent()
 def consent_to_looser(consent: bool) -> None:
     """Whether regions built from now on consent to candidates declaring accuracy looser than the op's budget
     (``arbiter.configure(looser_accuracy=...)``); the consent is part of their problem keys."""
+    if consent != _consent.looser:
+        Memoized.recipes.clear()  # a recipe's key was built under the other consent
     _consent.looser = consent
 
 
@@ -56,8 +59,11 @@ def dtype_name(dtype) -> str:
 ACTIVATIONS = ("none", "relu", "gelu", "gelu_tanh", "silu")
 
 
-class Region:
-    """Base of all region types. Subclasses set ``op`` and fill the slots via ``_finish``."""
+class Region(metaclass=Memoized):
+    """Base of all region types. Subclasses set ``op`` and fill the slots via ``_finish``.
+
+    Constructing one goes through the recipe memo (``arbiter.region_memo``): operands of a signature seen
+    before skip validation, which depends on signatures only."""
 
     op: ClassVar[str] = ""
     DIMS: ClassVar[tuple[str, ...]] = ()  # the named dimensions, in the order `--shape AxBxC` gives them
@@ -65,6 +71,7 @@ class Region:
     bucket_policy: ClassVar[dict] = {}
     # The operand dtypes this op accepts (fft widens it to complex).
     dtypes: ClassVar[tuple[str, ...]] = DTYPES
+    memoizable: ClassVar[bool] = True  # whether constructions go through the recipe memo
 
     # torch_in: a torch caller's CUDA tensors by argument name (None unless the first operand is a torch
     # CUDA tensor), so torch candidates run on them directly and outputs come from torch's caching allocator;
@@ -201,10 +208,9 @@ class Region:
     def with_out(self, out) -> Region:
         """A shallow copy of this region that writes into ``out`` (used for poisoning)."""
         clone = object.__new__(type(self))
-        for cls in type(self).__mro__:
-            for slot in getattr(cls, "__slots__", ()):
-                if hasattr(self, slot):
-                    object.__setattr__(clone, slot, getattr(self, slot))
+        for slot in slots_of(type(self)):
+            if hasattr(self, slot):
+                object.__setattr__(clone, slot, getattr(self, slot))
         clone.out = out
         return clone
 
