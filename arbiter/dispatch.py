@@ -62,13 +62,17 @@ class Route:
     (the key decided here), loads (a stored solution installed), fallbacks (a stand-in served; see
     ``CountDelta``). ``candidate`` and ``params`` are the solution's, kept for the hot path."""
 
-    __slots__ = ("key", "solution", "candidate", "params", "run", "chosen_by", "hits", "misses", "fallbacks",
-                 "loads", "flushed", "env")
+    __slots__ = ("key", "solution", "candidate", "params", "run", "run_torch", "chosen_by", "hits", "misses",
+                 "fallbacks", "loads", "flushed", "env")
 
     def __init__(self, key, candidate, solution: Solution, chosen_by: ChosenBy, env):
         self.key, self.candidate, self.solution, self.chosen_by, self.env = key, candidate, solution, chosen_by, env
         self.params = solution.params
         self.run = candidate.run
+        # A torch caller's call (region.torch_in set): a torch-native candidate runs as it is, any other
+        # through run_for_torch (CuPy views, torch's stream). Chosen here, once, not on every call.
+        self.run_torch = candidate.run if getattr(candidate, "torch_native", False) else \
+            lambda region, params: run_for_torch(candidate, params, region)
         self.hits = self.misses = self.fallbacks = self.loads = 0
         self.flushed = (0, 0, 0, 0)
 
@@ -163,8 +167,7 @@ def run_arbitrated(op: str, region, *, policy: str | None = None):
         route = _miss(region, policy)
     else:
         route.hits += 1
-    result = route.run(region, route.params) if region.torch_in is None else \
-        run_for_torch(route.candidate, route.params, region)
+    result = (route.run if region.torch_in is None else route.run_torch)(region, route.params)
     if type(result) is Fallback:  # the winner declined this instance: count it, serve its stand-in
         route.fallbacks += 1
         result = result.result
@@ -213,8 +216,7 @@ class Bound:
             route = _miss(region, self.policy)
         else:
             route.hits += 1
-        result = route.run(region, route.params) if region.torch_in is None else \
-            run_for_torch(route.candidate, route.params, region)
+        result = (route.run if region.torch_in is None else route.run_torch)(region, route.params)
         if type(result) is Fallback:
             route.fallbacks += 1
             result = result.result

@@ -22,54 +22,23 @@ import numpy as np
 
 from arbiter.memo import Memo
 
-_SCALARS = frozenset((type(None), bool, int, float, str, np.float16, np.float32, np.float64, np.int32, np.int64,
-                      np.bool_))
 _MAX = 65536  # recipes; the memo is cleared when full (a shape-churning caller must not grow it forever)
+SCALAR, TORCH, CUPY, NUMPY, OTHER = range(5)  # argument families: how a signature reads an argument
+# type -> family; scalars are known from the start, array types are classified when first seen.
+_families: Memo = Memo({t: SCALAR for t in (type(None), bool, int, float, str, np.float16, np.float32, np.float64,
+                                             np.int32, np.int64, np.bool_)})
+_MISSING = object()
 
 
-def operand_signature(a) -> tuple | None:
-    """(array type, shape, dtype, strides, device) of an operand; None for a type the memo does not know.
-
-    Cheap on purpose: every construction with a memo hit computes it for every operand."""
-    kind = type(a)
-    family = _families.get(kind)
-    if family is None:
-        module = kind.__module__
-        family = _families[kind] = ("torch" if module.startswith("torch") else "cupy" if module.startswith("cupy")
-                                    else "numpy" if isinstance(a, np.ndarray) else "")
-    if family == "torch":
-        return (kind, a.shape, a.dtype, a.stride(), a.device)
-    if family == "cupy":
-        return (kind, a.shape, a.dtype, a.strides, a.data.device_id)
-    if family == "numpy":
-        return (kind, a.shape, a.dtype, a.strides, None)
-    return None
+def _family_of(value) -> int:
+    kind = type(value)
+    module = kind.__module__
+    family = _families[kind] = (TORCH if module.startswith("torch") else CUPY if module.startswith("cupy")
+                                else NUMPY if isinstance(value, np.ndarray) else OTHER)
+    return family
 
 
-_families: Memo = Memo()  # array type -> "torch" | "cupy" | "numpy" | "" (not an array the memo knows)
-
-
-class Recipe:
-    """How to rebuild a region of one signature from new arguments (see the module docstring)."""
-
-    __slots__ = ("cls", "fixed", "places", "torch_names")
-
-    def __init__(self, cls, fixed, places, torch_names):
-        self.cls, self.fixed, self.places, self.torch_names = cls, fixed, places, torch_names
-
-    def build(self, values):
-        region = object.__new__(self.cls)
-        put = object.__setattr__
-        for slot, value in self.fixed:
-            put(region, slot, value)
-        for index, slot in self.places:
-            put(region, slot, values[index])
-        if self.torch_names is not None:  # a torch caller's tensors, this call's own
-            region.torch_in = {name: values[index] for name, index in self.torch_names}
-        return region
-
-
-def recipe_of(region, values: tuple, arrays: frozenset) -> Recipe | None:
+def recipe_of(region, values: tuple, arrays: frozenset):
     """The recipe that rebuilds ``region`` from arguments ``values`` (``arrays``: the indices of the array
     arguments), or None when it cannot be rebuilt that way (a converted operand, a derived array)."""
     fixed: list[tuple[str, Any]] = []
@@ -102,7 +71,23 @@ def recipe_of(region, values: tuple, arrays: frozenset) -> Recipe | None:
     fixed.append(("torch_out", None))
     if given is None:
         fixed.append(("torch_in", None))
-    return Recipe(type(region), tuple(fixed), tuple(places), torch_names)
+    return _builder(type(region), fixed, places, torch_names)
+
+
+def _builder(cls, fixed, places, torch_names):
+    """``build(values)``: a new ``cls`` with the ``fixed`` slot values and the operands of ``values`` in their
+    ``places``, as straight-line code (one attribute store a slot: a memo hit's whole construction)."""
+    namespace: dict[str, Any] = {"new": object.__new__, "cls": cls}
+    lines = ["def build(values):", "    r = new(cls)"]
+    for i, (slot, value) in enumerate(fixed):
+        namespace[f"c{i}"] = value
+        lines.append(f"    r.{slot} = c{i}")
+    lines += [f"    r.{slot} = values[{index}]" for index, slot in places]
+    if torch_names is not None:  # a torch caller's tensors: this call's own
+        lines.append("    r.torch_in = {" + ", ".join(f"{name!r}: values[{i}]" for name, i in torch_names) + "}")
+    lines.append("    return r")
+    exec("\n".join(lines), namespace)  # slot names are identifiers and names are repr'd: nothing else enters
+    return namespace["build"]
 
 
 def _holds_array(value) -> bool:
@@ -124,37 +109,51 @@ def slots_of(cls) -> tuple[str, ...]:
 class Memoized(type):
     """The metaclass of regions: ``Region(...)`` consults the recipe memo before validating.
 
+    A signature is a flat tuple: the class, the keyword names, then per argument its type followed by its
+    value (a scalar) or its shape, dtype, strides and device (an array); the type says how many fields follow.
     State outside the arguments that a region's key reads (the caller's consent to looser accuracy) clears
     the memo when it changes (``regions.consent_to_looser``)."""
 
-    recipes: Memo = Memo()  # signature -> Recipe, or None for a signature that takes the full path
+    recipes: Memo = Memo()  # signature -> build function, or None for a signature that takes the full path
 
     def __call__(cls, *args, **kwargs):
-        if kwargs.get("out") is not None or not cls.memoizable:  # type: ignore[attr-defined]  # Region's
-            return super().__call__(*args, **kwargs)
-        values = args + tuple(kwargs.values()) if kwargs else args
-        parts: list = [cls, tuple(kwargs) if kwargs else ()]
+        if kwargs:
+            if kwargs.get("out") is not None:  # per-call checks (writability): never memoized
+                return type.__call__(cls, *args, **kwargs)
+            values = args + tuple(kwargs.values())
+            sig = [cls, tuple(kwargs)]
+        else:
+            values, sig = args, [cls]
+        add = sig.append
         arrays = []
         for i, v in enumerate(values):
             kind = type(v)
-            if kind in _SCALARS:
-                parts.append((kind, v))
+            family = _families.get(kind)
+            if family is None:
+                family = _family_of(v)
+            add(kind)
+            if family == SCALAR:
+                add(v)
                 continue
-            sig = operand_signature(v)
-            if sig is None:  # a sequence, a foreign object: the full path validates (and refuses) it
-                return super().__call__(*args, **kwargs)
-            parts.append(sig)
+            if family == TORCH:
+                add(v.shape), add(v.dtype), add(v.stride()), add(v.device)
+            elif family == CUPY:
+                add(v.shape), add(v.dtype), add(v.strides), add(v.data.device_id)
+            elif family == NUMPY:
+                add(v.shape), add(v.dtype), add(v.strides)
+            else:  # a sequence, a foreign object: the full path validates (and refuses) it
+                return type.__call__(cls, *args, **kwargs)
             arrays.append(i)
-        signature = tuple(parts)
+        signature = tuple(sig)
         recipes = Memoized.recipes
         try:
-            recipe = recipes.get(signature, False)
+            build = recipes.get(signature, _MISSING)
         except TypeError:  # an unhashable part (a scalar subclass with odd hashing): the full path
-            return super().__call__(*args, **kwargs)
-        if recipe:
-            return recipe.build(values)
-        region = super().__call__(*args, **kwargs)
-        if recipe is False:
+            return type.__call__(cls, *args, **kwargs)
+        if build is not _MISSING and build is not None:
+            return build(values)
+        region = type.__call__(cls, *args, **kwargs)
+        if build is _MISSING:
             if len(recipes) >= _MAX:
                 recipes.clear()
             recipes[signature] = recipe_of(region, values, frozenset(arrays))

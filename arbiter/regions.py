@@ -71,7 +71,6 @@ class Region(metaclass=Memoized):
     bucket_policy: ClassVar[dict] = {}
     # The operand dtypes this op accepts (fft widens it to complex).
     dtypes: ClassVar[tuple[str, ...]] = DTYPES
-    memoizable: ClassVar[bool] = True  # whether constructions go through the recipe memo
 
     # torch_in: a torch caller's CUDA tensors by argument name (None unless the first operand is a torch
     # CUDA tensor), so torch candidates run on them directly and outputs come from torch's caching allocator;
