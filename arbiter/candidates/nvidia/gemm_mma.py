@@ -1,36 +1,80 @@
-"""Emitted tensor-core GEMM for float16/bfloat16 (``gemm_mma.cu``): mma.sync m16n8k16, float accumulation.
+"""Emitted tensor-core GEMM for float16/bfloat16 (``gemm_mma.cu``): mma.sync m16n8k16 fed by ldmatrix from a
+cp.async multi-stage shared-memory ring, float accumulation.
 
-The solution index is the block tile and the warp grid. float32 is refused: tensor cores would
-mean TF32, which misses the float32 budget; ``gemm_tiled`` serves float32.
+The solution index is the block tile, the warp grid and the ring depth. Each call takes the asynchronous
+16-byte copy path when its operands allow it (``cp_async_path``: K and N multiples of 8, 16-byte aligned
+pointers), else the same kernel with bounds-checked element loads, slower and correct at any shape: the
+choice is made per call (pointer alignment is not part of the problem key), so a tile's verdict covers both.
+float32 is refused: tensor cores would mean TF32, which misses the float32 budget; ``gemm_tiled`` serves
+float32.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from arbiter.candidates import Tier, register
-from arbiter.candidates.gpu import row_stride
+from arbiter.candidates.gpu import aligned16, row_stride
 from arbiter.candidates.nvidia._cuda import IDENTITY_EPILOGUE, NvidiaCandidate, check_gemm, finish_epilogue, gemm_output
-from arbiter.targets.nvrtc import kernel
+from arbiter.targets.nvrtc import BACKEND, kernel
 
-# (BM, BN, BK, WM, WN): block tile, K slice, warps along M and N.
-TILES = [(64, 64, 32, 2, 2), (128, 128, 32, 2, 4), (32, 32, 32, 1, 2), (128, 64, 32, 2, 2), (64, 128, 32, 2, 2)]
+# (BM, BN, BK, WM, WN, STAGES): block tile, K slice per stage, warps along M and N, ring depth. The first is
+# the default: 8 warps of 64x32. The 128x256 / 256x128 tiles give each warp 64x64 (fewer shared reads per
+# mma); 128x64 and 64x64 keep more blocks busy on small products.
+TILES = [(128, 128, 32, 2, 4, 4), (128, 256, 32, 2, 4, 3), (256, 128, 32, 4, 2, 3), (128, 128, 32, 2, 2, 4),
+         (128, 64, 32, 2, 2, 4), (64, 64, 32, 2, 2, 4)]
 MMA_TYPE = {"float16": '"f16"', "bfloat16": '"bf16"'}
+PAD = 8  # elements of padding per shared row (gemm_mma.cu's PAD)
+ELEMENT_BYTES = 2
 
 
-def mma_kernel(dtype: str, tile: tuple, epilogue: str, extra: tuple = ()):
-    """The compiled ``gemm_mma`` for a tile (BM, BN, BK, WM, WN) with an epilogue function's source."""
-    bm, bn, bk, wm, wn = tile
-    defines = (("BM", bm), ("BN", bn), ("BK", bk), ("WM", wm), ("WN", wn), ("MMA_TYPE", MMA_TYPE[dtype])) + extra
-    return kernel("gemm_mma", dtype, ("gemm_mma.cu",), defines, epilogue)
+def shared_bytes(tile: tuple) -> int:
+    """Dynamic shared memory of ``tile``'s ring: STAGES x (A slice BM x (BK+PAD) + B slice BK x (BN+PAD))."""
+    bm, bn, bk, _, _, stages = tile
+    return stages * (bm * (bk + PAD) + bk * (bn + PAD)) * ELEMENT_BYTES
+
+
+def threads(tile: tuple) -> int:
+    return tile[3] * tile[4] * 32
+
+
+def mma_defines(dtype: str, tile: tuple, cp_async: bool) -> tuple:
+    """The template's #defines for ``tile`` (BM, BN, BK, WM, WN, STAGES) and load path."""
+    bm, bn, bk, wm, wn, stages = tile
+    return (("BM", bm), ("BN", bn), ("BK", bk), ("WM", wm), ("WN", wn), ("STAGES", stages),
+            ("MMA_TYPE", MMA_TYPE[dtype]), ("CP_ASYNC", int(cp_async)))
+
+
+def cp_async_path(region, out) -> bool:
+    """Whether this call's operands allow 16-byte copies: K and N multiples of 8 (A and B are C-contiguous,
+    so every row starts 16 bytes after a 16-byte boundary) and a, b and ``out`` 16-byte aligned (``out``
+    is C-contiguous too, N wide: paired stores stay aligned)."""
+    return region.dims["k"] % 8 == 0 and region.dims["n"] % 8 == 0 and aligned16(region.a, region.b, out)
+
+
+def with_shared_memory(fn, tile: tuple):
+    """``fn`` allowed ``tile``'s dynamic shared memory (above the 48 KiB default needs the opt-in)."""
+    fn.max_dynamic_shared_size_bytes = shared_bytes(tile)
+    return fn
+
+
+def mma_kernel(dtype: str, tile: tuple, epilogue: str, cp_async: bool, extra: tuple = ()):
+    """The compiled ``gemm_mma`` for ``tile`` with an epilogue function's source, ready to launch."""
+    key = ("gemm_mma", dtype, tile, epilogue, cp_async, extra)
+    fn = BACKEND.launches.get(key)
+    if fn is None:
+        fn = kernel("gemm_mma", dtype, ("gemm_mma.cu",), mma_defines(dtype, tile, cp_async) + extra, epilogue)
+        fn = BACKEND.launches[key] = with_shared_memory(fn, tile)
+    return fn
 
 
 def launch_mma(fn, tile, region, out, bias, residual, ldr):
-    bm, bn, _, wm, wn = tile
+    bm, bn = tile[0], tile[1]
     m, n, k = region.dims["m"], region.dims["n"], region.dims["k"]
-    fn(((n + bn - 1) // bn, (m + bm - 1) // bm), (wm * wn * 32,),
+    blocks = ((m + bm - 1) // bm) * ((n + bn - 1) // bn)  # one dimension: the kernel orders blocks in groups
+    fn((blocks,), (threads(tile),),
        (region.a, region.b, out, np.int32(m), np.int32(n), np.int32(k),
         np.int64(row_stride(region.a)), np.int64(row_stride(region.b)), np.int64(row_stride(out)),
-        bias, residual, np.int64(ldr)))
+        bias, residual, np.int64(ldr)), shared_mem=shared_bytes(tile))
 
 
 class GemmMma(NvidiaCandidate):
@@ -55,8 +99,8 @@ class GemmMma(NvidiaCandidate):
         out = region.alloc_out()
         tile = tuple(params["tile"])
         buf, extra = gemm_output(region, out)
-        fn = mma_kernel(region.dtype, tile, IDENTITY_EPILOGUE, extra=extra)
         if region.dims["m"] and region.dims["n"]:
+            fn = mma_kernel(region.dtype, tile, IDENTITY_EPILOGUE, cp_async_path(region, buf), extra)
             launch_mma(fn, tile, region, buf, out, out, 0)
         finish_epilogue(region, buf, out)
         return out

@@ -12,14 +12,15 @@ import inspect
 from arbiter import synth
 from arbiter.candidates import Tier, register
 from arbiter.candidates.nvidia._cuda import NvidiaCandidate, check_gemm
-from arbiter.candidates.nvidia.gemm_mma import launch_mma
+from arbiter.candidates.nvidia.gemm_mma import cp_async_path, launch_mma, with_shared_memory
 from arbiter.candidates.nvidia.gemm_tiled import launch_tiled
 from arbiter.synth import cuda as synth_cuda
 
-TILES = {  # per size: (float32 gemm_tiled tile, half-precision gemm_mma tile)
-    "medium": ((64, 64, 16, 4, 4), (64, 64, 32, 2, 2)),
-    "small": ((32, 32, 32, 2, 2), (32, 32, 32, 1, 2)),
-    "large": ((128, 64, 16, 8, 4), (128, 128, 32, 2, 4)),
+TILES = {  # per size: (float32 gemm_tiled tile, half-precision gemm_mma tile: BM, BN, BK, WM, WN, STAGES)
+    "medium": ((64, 64, 16, 4, 4), (128, 64, 32, 2, 2, 4)),
+    "small": ((32, 32, 32, 2, 2), (64, 64, 32, 2, 2, 4)),
+    "large": ((128, 64, 16, 8, 4), (128, 128, 32, 2, 4, 4)),
+    "wide": ((128, 128, 8, 8, 8), (128, 256, 32, 2, 4, 3)),
 }
 
 
@@ -61,16 +62,19 @@ class SynthMatmul(NvidiaCandidate):
         res = region.residual
         res_cs = res.strides[1] // res.itemsize if res is not None else 1
         ldr = res.strides[0] // res.itemsize if res is not None else 0
-        tile = TILES[params["tile"]][0 if region.dtype == "float32" else 1]
-        key = (region.dtype, region.key.attrs, res_cs, tile)
+        half = region.dtype != "float32"
+        tile = TILES[params["tile"]][1 if half else 0]
+        cp_async = half and cp_async_path(region, out)
+        key = (region.dtype, region.key.attrs, res_cs, tile, cp_async)
         fn = self._kernels.get(key)
         if fn is None:
-            kernel = synth_cuda.gemm_kernel(synth.epilogue_chain(region), region.dtype, tile, res_cs)
-            fn = self._kernels[key] = synth_cuda.compile_kernel(kernel)
+            kernel = synth_cuda.gemm_kernel(synth.epilogue_chain(region), region.dtype, tile, res_cs, cp_async)
+            fn = synth_cuda.compile_kernel(kernel)
+            self._kernels[key] = fn = with_shared_memory(fn, tile) if half else fn
         if region.dims["m"] and region.dims["n"]:
             bias = region.bias if region.bias is not None else out  # out stands in for an unused pointer
             residual = res if res is not None else out
-            launch = launch_tiled if region.dtype == "float32" else launch_mma
+            launch = launch_mma if half else launch_tiled
             launch(fn, tile, region, out, bias, residual, ldr)
         return out
 
