@@ -62,7 +62,6 @@ def plain(shape, dtype) -> dict:
     import arbiter
     from arbiter.candidates import REGISTRY
     from arbiter.candidates.nvidia import gemm_mma
-    from arbiter.candidates.nvidia._cuda import IDENTITY_EPILOGUE
     from arbiter.regions import Matmul
 
     m, n, k = shape
@@ -82,10 +81,9 @@ def plain(shape, dtype) -> dict:
     cand = REGISTRY.get("gemm_mma", "nvidia", "matmul")
     out = region.alloc_out()
     for tile in gemm_mma.TILES:
-        fn = gemm_mma.mma_kernel(dtype, tile, IDENTITY_EPILOGUE, gemm_mma.cp_async_path(region, out))
+        fn, _ = cand.launch_plan(region, {"tile": list(tile)}, out)
         times[f"gemm_mma kernel-only {_label(tile)}"] = _time(
             lambda fn=fn, tile=tile: gemm_mma.launch_mma(fn, tile, region, out, out, out, 0))
-    assert cand.applies_to(region) is True
     return _row(f"{m}x{n}x{k} {dtype}", flop, times, "cupy.matmul (cuBLAS)", str(decision.winner.label))
 
 

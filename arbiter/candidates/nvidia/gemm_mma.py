@@ -95,12 +95,17 @@ class GemmMma(NvidiaCandidate):
             return ok + " (tensor cores would mean TF32, over the float32 budget; gemm_tiled serves float32)"  # type: ignore[operator]
         return ok
 
+    def launch_plan(self, region, params: dict, out, extra: tuple = ()) -> tuple:
+        """(kernel, tile) that ``run(region, params)`` launches (``launch_mma``) writing ``out`` (``extra``: the
+        #defines of ``gemm_output``): what a caller timing the kernel alone needs (``benchmarks/gemm_tc.py``)."""
+        tile = tuple(params["tile"])
+        return mma_kernel(region.dtype, tile, IDENTITY_EPILOGUE, cp_async_path(region, out), extra), tile
+
     def run(self, region, params):
         out = region.alloc_out()
-        tile = tuple(params["tile"])
         buf, extra = gemm_output(region, out)
         if region.dims["m"] and region.dims["n"]:
-            fn = mma_kernel(region.dtype, tile, IDENTITY_EPILOGUE, cp_async_path(region, buf), extra)
+            fn, tile = self.launch_plan(region, params, buf, extra)
             launch_mma(fn, tile, region, buf, out, out, 0)
         finish_epilogue(region, buf, out)
         return out
