@@ -36,6 +36,9 @@
 #define A_CHUNKS (BM * BK / 8)  // 16-byte chunks per slice
 #define B_CHUNKS (BK * BN / 8)
 #define GROUP_M 8
+// Two blocks an SM for warp tiles up to 64x32 (at most 128 registers a thread for 256 threads): one block's
+// barrier wait is the other's compute. A 64x64 warp tile needs ~220 registers: one block of 8 warps an SM.
+#define MIN_BLOCKS (WTM * WTN <= 64 * 32 ? 2 : 1)
 
 static_assert(BK % 16 == 0, "BK must be a multiple of 16");
 static_assert(WTM % 16 == 0 && WTN % 16 == 0, "a warp tile is a multiple of 16 x 16 (B fragments come in pairs)");
@@ -97,7 +100,7 @@ __device__ __forceinline__ void store2(TO* p, TO x, TO y) {
 #endif
 }
 
-extern "C" __global__ void __launch_bounds__(THREADS)
+extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
 gemm_mma(const T* __restrict__ A, const T* __restrict__ B, TO* __restrict__ C,
          int M, int N, int K, long long lda, long long ldb, long long ldc,
          const T* __restrict__ bias, const T* __restrict__ residual, long long ldr)

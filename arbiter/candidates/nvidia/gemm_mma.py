@@ -15,13 +15,17 @@ import numpy as np
 from arbiter.candidates import Tier, register
 from arbiter.candidates.gpu import aligned16, row_stride
 from arbiter.candidates.nvidia._cuda import IDENTITY_EPILOGUE, NvidiaCandidate, check_gemm, finish_epilogue, gemm_output
+from arbiter.memo import Memo
+from arbiter.targets.nvidia import cupy_module
 from arbiter.targets.nvrtc import BACKEND, kernel
 
 # (BM, BN, BK, WM, WN, STAGES): block tile, K slice per stage, warps along M and N, ring depth. The first is
-# the default: 8 warps of 64x32. The 128x256 / 256x128 tiles give each warp 64x64 (fewer shared reads per
-# mma); 128x64 and 64x64 keep more blocks busy on small products.
-TILES = [(128, 128, 32, 2, 4, 4), (128, 256, 32, 2, 4, 3), (256, 128, 32, 4, 2, 3), (128, 128, 32, 2, 2, 4),
+# the default: 8 warps of 64x32, two blocks an SM. The 128x256 / 256x128 tiles give each warp 64x64: a third
+# fewer bytes through L2 and shared memory per mma, one block an SM. BK = 64 halves the barriers per K.
+# 128x64 and 64x64 keep more blocks busy on small products. A ring the device cannot hold is cut (``fit_ring``).
+TILES = [(128, 128, 32, 2, 4, 4), (128, 256, 32, 2, 4, 4), (256, 128, 32, 4, 2, 4), (128, 128, 64, 2, 4, 3),
          (128, 64, 32, 2, 2, 4), (64, 64, 32, 2, 2, 4)]
+SMALLEST_OPT_IN = 99 * 1024  # shared memory a block may opt into on sm_86/sm_89 (A100: 163 KiB, H100/H200: 227 KiB)
 MMA_TYPE = {"float16": '"f16"', "bfloat16": '"bf16"'}
 PAD = 8  # elements of padding per shared row (gemm_mma.cu's PAD)
 ELEMENT_BYTES = 2
@@ -31,6 +35,28 @@ def shared_bytes(tile: tuple) -> int:
     """Dynamic shared memory of ``tile``'s ring: STAGES x (A slice BM x (BK+PAD) + B slice BK x (BN+PAD))."""
     bm, bn, bk, _, _, stages = tile
     return stages * (bm * (bk + PAD) + bk * (bn + PAD)) * ELEMENT_BYTES
+
+
+def fit_ring(tile: tuple, limit: int) -> tuple:
+    """``tile`` with its ring cut to the stages ``limit`` bytes of shared memory hold (two at the least: every
+    tile's two-stage ring fits ``SMALLEST_OPT_IN``). Same results, fewer slices in flight."""
+    stages = tile[5]
+    per_stage = shared_bytes(tile) // stages
+    return tuple(tile[:5]) + (max(2, min(stages, limit // per_stage)),)
+
+
+_opt_in: Memo = Memo()  # device id -> bytes
+
+
+def shared_limit() -> int:
+    """Dynamic shared memory a block may opt into on the current device (bytes)."""
+    runtime = cupy_module().cuda.runtime
+    device = runtime.getDevice()
+    limit = _opt_in.get(device)
+    if limit is None:
+        limit = _opt_in[device] = int(runtime.getDeviceProperties(device).get("sharedMemPerBlockOptin")
+                                      or SMALLEST_OPT_IN)
+    return limit
 
 
 def threads(tile: tuple) -> int:
@@ -57,14 +83,16 @@ def with_shared_memory(fn, tile: tuple):
     return fn
 
 
-def mma_kernel(dtype: str, tile: tuple, epilogue: str, cp_async: bool, extra: tuple = ()):
-    """The compiled ``gemm_mma`` for ``tile`` with an epilogue function's source, ready to launch."""
+def mma_kernel(dtype: str, tile: tuple, epilogue: str, cp_async: bool, extra: tuple = ()) -> tuple:
+    """(the compiled ``gemm_mma`` for ``tile`` with an epilogue function's source, ready to launch; the tile it
+    was compiled for: ``tile`` with its ring fitted to the device)."""
     key = ("gemm_mma", dtype, tile, epilogue, cp_async, extra)
-    fn = BACKEND.launches.get(key)
-    if fn is None:
-        fn = kernel("gemm_mma", dtype, ("gemm_mma.cu",), mma_defines(dtype, tile, cp_async) + extra, epilogue)
-        fn = BACKEND.launches[key] = with_shared_memory(fn, tile)
-    return fn
+    plan = BACKEND.launches.get(key)
+    if plan is None:
+        fitted = fit_ring(tile, shared_limit())
+        fn = kernel("gemm_mma", dtype, ("gemm_mma.cu",), mma_defines(dtype, fitted, cp_async) + extra, epilogue)
+        plan = BACKEND.launches[key] = (with_shared_memory(fn, fitted), fitted)
+    return plan
 
 
 def launch_mma(fn, tile, region, out, bias, residual, ldr):
@@ -96,10 +124,9 @@ class GemmMma(NvidiaCandidate):
         return ok
 
     def launch_plan(self, region, params: dict, out, extra: tuple = ()) -> tuple:
-        """(kernel, tile) that ``run(region, params)`` launches (``launch_mma``) writing ``out`` (``extra``: the
-        #defines of ``gemm_output``): what a caller timing the kernel alone needs (``benchmarks/gemm_tc.py``)."""
-        tile = tuple(params["tile"])
-        return mma_kernel(region.dtype, tile, IDENTITY_EPILOGUE, cp_async_path(region, out), extra), tile
+        """(kernel, fitted tile) that ``run(region, params)`` launches (``launch_mma``) writing ``out`` (``extra``:
+        the #defines of ``gemm_output``): what a caller timing the kernel alone needs (``benchmarks/gemm_tc.py``)."""
+        return mma_kernel(region.dtype, tuple(params["tile"]), IDENTITY_EPILOGUE, cp_async_path(region, out), extra)
 
     def run(self, region, params):
         out = region.alloc_out()

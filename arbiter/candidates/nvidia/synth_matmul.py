@@ -12,7 +12,7 @@ import inspect
 from arbiter import synth
 from arbiter.candidates import Tier, register
 from arbiter.candidates.nvidia._cuda import NvidiaCandidate, check_gemm
-from arbiter.candidates.nvidia.gemm_mma import cp_async_path, launch_mma, with_shared_memory
+from arbiter.candidates.nvidia.gemm_mma import cp_async_path, fit_ring, launch_mma, shared_limit, with_shared_memory
 from arbiter.candidates.nvidia.gemm_tiled import launch_tiled
 from arbiter.synth import cuda as synth_cuda
 
@@ -20,7 +20,7 @@ TILES = {  # per size: (float32 gemm_tiled tile, half-precision gemm_mma tile: B
     "medium": ((64, 64, 16, 4, 4), (128, 64, 32, 2, 2, 4)),
     "small": ((32, 32, 32, 2, 2), (64, 64, 32, 2, 2, 4)),
     "large": ((128, 64, 16, 8, 4), (128, 128, 32, 2, 4, 4)),
-    "wide": ((128, 128, 8, 8, 8), (128, 256, 32, 2, 4, 3)),
+    "wide": ((128, 128, 8, 8, 8), (128, 256, 32, 2, 4, 4)),
 }
 
 
@@ -31,7 +31,7 @@ class SynthMatmul(NvidiaCandidate):
     templates = ("gemm_tiled.cu", "gemm_mma.cu")
 
     def __init__(self):
-        self._kernels: dict[tuple, object] = {}
+        self._kernels: dict[tuple, tuple] = {}  # -> (kernel, the tile it was compiled for)
 
     def param_space(self):
         return [{"tile": size} for size in TILES]
@@ -66,11 +66,14 @@ class SynthMatmul(NvidiaCandidate):
         tile = TILES[params["tile"]][1 if half else 0]
         cp_async = half and cp_async_path(region, out)
         key = (region.dtype, region.key.attrs, res_cs, tile, cp_async)
-        fn = self._kernels.get(key)
-        if fn is None:
+        plan = self._kernels.get(key)
+        if plan is None:
+            if half:
+                tile = fit_ring(tile, shared_limit())  # the ring the device holds
             kernel = synth_cuda.gemm_kernel(synth.epilogue_chain(region), region.dtype, tile, res_cs, cp_async)
             fn = synth_cuda.compile_kernel(kernel)
-            self._kernels[key] = fn = with_shared_memory(fn, tile) if half else fn
+            plan = self._kernels[key] = (with_shared_memory(fn, tile) if half else fn, tile)
+        fn, tile = plan
         if region.dims["m"] and region.dims["n"]:
             bias = region.bias if region.bias is not None else out  # out stands in for an unused pointer
             residual = res if res is not None else out

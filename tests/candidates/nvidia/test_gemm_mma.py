@@ -1,7 +1,8 @@
 """The tensor-core GEMM (``gemm_mma``) and the synthesized matmul riding on it.
 
-CPU: the tile table keeps the template's constraints (its static_asserts, the shared-memory ring within
-every sm_80+ GPU's opt-in limit), the per-call choice of the cp.async path, the launch arithmetic, the
+CPU: the tile table keeps the template's constraints (its static_asserts; the shared-memory ring within
+H100's opt-in limit, and within every sm_80+ GPU's once cut to two stages), the ring cut to the device, the
+per-call choice of the cp.async path, the launch arithmetic, the
 kernel cache raising the shared-memory limit once, and the synthesized tier compiling the very text
 ``gemm_mma`` compiles. GPU: every tile through the F4 gate at shapes that are no multiple of any tile
 (both load paths: the gate's skew probe has odd K and N), epilogues fused (synth_matmul) and composed
@@ -25,7 +26,7 @@ from arbiter.targets import nvrtc
 from arbiter.targets.kernels import template
 from gpu_support import check_builtin_solution, gpu_available, requires_gpu
 
-SMALLEST_OPT_IN = 99 * 1024  # dynamic shared memory a block may opt into on sm_86/sm_89 (A100 163 KiB, H100 227 KiB)
+H100_OPT_IN = 227 * 1024  # dynamic shared memory a block may opt into on H100/H200
 HALF_TILES = gemm_mma.TILES + [half for _, half in synth_matmul.TILES.values()]
 
 
@@ -35,9 +36,20 @@ def test_every_tile_keeps_the_template_constraints(tile):
     assert bk % 16 == 0 and stages >= 2
     assert (bm // wm) % 16 == 0 and (bn // wn) % 16 == 0 and bm % wm == 0 and bn % wn == 0
     assert gemm_mma.threads(tile) % 32 == 0 and gemm_mma.threads(tile) <= 1024
-    assert gemm_mma.shared_bytes(tile) <= SMALLEST_OPT_IN
+    assert gemm_mma.shared_bytes(tile) <= H100_OPT_IN
+    # cut to two stages, the ring fits every sm_80+ GPU (fit_ring never goes below two)
+    assert gemm_mma.shared_bytes(tile[:5] + (2,)) <= gemm_mma.SMALLEST_OPT_IN
     # the registers of one warp's accumulators (float x 4 per m16n8 tile) leave room for fragments
     assert (bm // wm) * (bn // wn) // 32 <= 128
+
+
+@pytest.mark.parametrize("limit,stages", [(H100_OPT_IN, [4, 4, 4, 3, 4, 4]), (163 * 1024, [4, 4, 4, 3, 4, 4]),
+                                          (99 * 1024, [4, 3, 3, 2, 4, 4]), (48 * 1024, [2, 2, 2, 2, 3, 4])])
+def test_a_ring_the_device_cannot_hold_is_cut_to_what_it_can(limit, stages):
+    fitted = [gemm_mma.fit_ring(t, limit) for t in gemm_mma.TILES]
+    assert [t[:5] for t in fitted] == [t[:5] for t in gemm_mma.TILES]
+    assert [t[5] for t in fitted] == stages
+    assert all(gemm_mma.shared_bytes(t) <= limit for t in fitted if t[5] > 2)
 
 
 def test_shared_bytes_counts_the_templates_padded_ring():
@@ -94,21 +106,22 @@ def test_a_kernel_is_compiled_once_and_allowed_its_shared_memory(monkeypatch):
         return FakeKernel()
 
     monkeypatch.setattr(gemm_mma, "kernel", fake_kernel)
+    monkeypatch.setattr(gemm_mma, "shared_limit", lambda: 99 * 1024)
     monkeypatch.setattr(nvrtc.BACKEND, "launches", Memo())
-    tile = gemm_mma.TILES[0]
-    first = gemm_mma.mma_kernel("bfloat16", tile, "// epilogue", True)
-    assert gemm_mma.mma_kernel("bfloat16", tile, "// epilogue", True) is first
-    assert first.max_dynamic_shared_size_bytes == gemm_mma.shared_bytes(tile)
-    other = gemm_mma.mma_kernel("bfloat16", tile, "// epilogue", False)
+    tile = gemm_mma.TILES[1]  # 128x256: four stages are 108.5 KiB, three fit 99 KiB
+    first, fitted = gemm_mma.mma_kernel("bfloat16", tile, "// epilogue", True)
+    assert fitted == tile[:5] + (3,)
+    assert gemm_mma.mma_kernel("bfloat16", tile, "// epilogue", True)[0] is first
+    assert first.max_dynamic_shared_size_bytes == gemm_mma.shared_bytes(fitted)
+    other, _ = gemm_mma.mma_kernel("bfloat16", tile, "// epilogue", False)
     assert other is not first
-    assert [(d["CP_ASYNC"], d["STAGES"], d["MMA_TYPE"]) for d in compiled] == [(1, tile[5], '"bf16"'),
-                                                                               (0, tile[5], '"bf16"')]
+    assert [(d["CP_ASYNC"], d["STAGES"], d["MMA_TYPE"]) for d in compiled] == [(1, 3, '"bf16"'), (0, 3, '"bf16"')]
     # the candidate's plan picks the load path per call, from the operands' shape and alignment
     cand = REGISTRY.get("gemm_mma", "nvidia", "matmul")
     region = _region(64, 64, 64)
     region.dtype = "bfloat16"
     plans = [cand.launch_plan(region, {"tile": list(tile)}, _array(ptr, (64, 64))) for ptr in (0x3000, 0x3002)]
-    assert [p[1] for p in plans] == [tile, tile] and plans[0][0] is not plans[1][0]
+    assert [p[1] for p in plans] == [fitted, fitted] and plans[0][0] is not plans[1][0]
     assert [d["CP_ASYNC"] for d in compiled[2:]] == [1, 0]
 
 
@@ -172,7 +185,7 @@ def test_every_tile_passes_the_gate_at_awkward_shapes(tile, shape, dtype):
 @pytest.mark.gpu
 @requires_gpu
 @pytest.mark.parametrize("dtype", _half_dtypes())
-@pytest.mark.parametrize("tile", gemm_mma.TILES[:2], ids=_shape_id)
+@pytest.mark.parametrize("tile", gemm_mma.TILES[:4], ids=_shape_id)
 def test_large_tiles_pass_the_gate_at_4096(tile, dtype):
     _gate("gemm_mma", {"tile": list(tile)}, dtype, LARGE)
 
