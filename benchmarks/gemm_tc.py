@@ -5,11 +5,11 @@ Plain products (fp16 4096^3, bf16 4096^3, fp16 2048x8192x2048 and 8192^3; MxNxK)
 no ``out=``), beside ``cupy.matmul`` (cuBLAS) and ``torch.mm``; then every tile of ``gemm_mma`` kernel-only
 (a preallocated output, the kernel launch alone) so the best tile shows. TFLOP/s and the fraction of cuBLAS.
 
-matmul + bias + GELU (fp16 4096^3 and 2048x8192x2048), and + residual at 2048x8192x2048: ``synth_matmul``
-(the epilogue generated into gemm_mma's store) forced and called through ``run_arbitrated``, and each of its
-tiles kernel-only; ``gemm_mma`` with the epilogue composed afterwards (a float32 product, one CuPy elementwise
-pass); ``torch.addmm`` + ``F.gelu`` (torch eager; the residual case adds it in place); ``cupy.matmul`` + one
-elementwise pass (bias, GELU, residual in float).
+matmul + bias + GELU (fp16 4096^3, 2048x8192x2048, 8192x8192x512), and + residual at 8192x8192x512:
+``synth_matmul`` (the epilogue generated into gemm_mma's store) forced and called through ``run_arbitrated``,
+and each of its tiles run directly (kernel + output allocation); ``gemm_mma`` with the epilogue composed
+afterwards (a float32 product, one CuPy elementwise pass); ``torch.addmm`` + ``F.gelu`` (torch eager; the
+residual case adds it in place); ``cupy.matmul`` + one elementwise pass (bias, GELU, residual in float).
 
 Every time is ``arbiter.timing.measure_calls`` in device mode (CUDA events around one call, L2 flushed
 before it), all in one run. Decisions go to a temporary registry unless ``$ARBITER_DB`` names one.
@@ -30,8 +30,10 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 PLAIN = [((4096, 4096, 4096), "float16"), ((4096, 4096, 4096), "bfloat16"), ((2048, 8192, 2048), "float16"),
          ((8192, 8192, 8192), "float16")]
+# A small K (8192x8192x512) is where a fused epilogue should pay most: the separate pass over C costs about
+# as much as the product there.
 EPILOGUE = [((4096, 4096, 4096), "float16", "bias+gelu"), ((2048, 8192, 2048), "float16", "bias+gelu"),
-            ((2048, 8192, 2048), "float16", "bias+gelu+residual")]
+            ((8192, 8192, 512), "float16", "bias+gelu"), ((8192, 8192, 512), "float16", "bias+gelu+residual")]
 REPS = {"min_reps": 5, "max_reps": 30, "time_cap_s": 0.25}
 GELU = "0.5f * v * (1.0f + erff(v * 0.70710678118654752f))"
 
@@ -126,7 +128,9 @@ def epilogue(shape, dtype, kind) -> dict:
 
         times["torch.addmm + F.gelu" + (" + add_" if residual else "")] = _time(torch_eager)
     arbiter.arbitrate("matmul", region, force="synth_matmul")
-    times["synth_matmul (fused into gemm_mma) run_arbitrated"] = _time(lambda: arbiter.run_arbitrated("matmul", region))
+    default = next(iter(synth_matmul.TILES))
+    times[f"synth_matmul (fused into gemm_mma) run_arbitrated (default: {default})"] = _time(
+        lambda: arbiter.run_arbitrated("matmul", region))
     synth = REGISTRY.get("synth_matmul", "nvidia", "matmul")
     for size, (_, tile) in synth_matmul.TILES.items():
         synth.run(region, {"tile": size})  # compile outside the timing
