@@ -20,7 +20,7 @@ from arbiter.targets.nvidia import cupy_module
 from arbiter.targets.nvrtc import BACKEND, kernel
 
 # (BM, BN, BK, WM, WN, STAGES): block tile, K slice per stage, warps along M and N, ring depth. The first is
-# the default: 8 warps of 64x32, two blocks an SM. The 128x256 / 256x128 tiles give each warp 64x64: a third
+# the default: 8 warps of 64x32, two blocks an SM. The 128x256 / 256x128 tiles give each warp 64x64: a quarter
 # fewer bytes through L2 and shared memory per mma, one block an SM. BK = 64 halves the barriers per K.
 # 128x64 and 64x64 keep more blocks busy on small products. A ring the device cannot hold is cut (``fit_ring``).
 TILES = [(128, 128, 32, 2, 4, 4), (128, 256, 32, 2, 4, 4), (256, 128, 32, 4, 2, 4), (128, 128, 64, 2, 4, 3),
