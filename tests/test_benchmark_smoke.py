@@ -20,6 +20,7 @@ BENCHMARKS = {
     "dispatch_overhead.py": ([], "dispatch_overhead.md", False),
     "fleet_scale.py": (["--url", "{tmp}/fleet.db"], "fleet_scale.md", False),
     "gate_classes.py": ([], "gate_classes.md", False),
+    "gemm_tc.py": ([], "gemm_tc.md", True),
     "gpu_ops_suite.py": ([], "gpu_ops_suite.md", True),
     "gpu_suite.py": ([], "gpu_suite.md", True),
     "model_block.py": ([], "model_block.md", True),

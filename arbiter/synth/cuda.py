@@ -74,9 +74,12 @@ def epilogue_source(chain: Chain, residual_col_stride: int = 1) -> str:
             f"{body}\n    return v;\n}}\n")
 
 
-def gemm_kernel(chain: Chain, dtype: str, tile: tuple, residual_col_stride: int = 1) -> Kernel:
+def gemm_kernel(chain: Chain, dtype: str, tile: tuple, residual_col_stride: int = 1,
+                cp_async: bool = False) -> Kernel:
     """A GEMM with ``chain`` fused into its store; ``tile`` is the template's tile tuple
-    (gemm_tiled: BM, BN, BK, TM, TN for float32; gemm_mma: BM, BN, BK, WM, WN for half types)."""
+    (gemm_tiled: BM, BN, BK, TM, TN for float32; gemm_mma: BM, BN, BK, WM, WN, STAGES for half types).
+    ``cp_async`` picks gemm_mma's 16-byte asynchronous copies, which only operands with K and N multiples
+    of 8 and 16-byte aligned pointers may use (the caller checks); the default loads element by element."""
     if dtype not in DTYPES:
         raise ValueError(f"dtype: {dtype} is not one of {', '.join(DTYPES)}")
     epilogue = epilogue_source(chain, residual_col_stride)
@@ -84,9 +87,10 @@ def gemm_kernel(chain: Chain, dtype: str, tile: tuple, residual_col_stride: int 
         bm, bn, bk, tm, tn = tile
         defines = {"BM": bm, "BN": bn, "BK": bk, "TM": tm, "TN": tn}
         return Kernel("gemm_tiled", BACKEND.source(dtype, defines, ("gemm_tiled.cu",), prelude=epilogue))
-    bm, bn, bk, wm, wn = tile
+    bm, bn, bk, wm, wn, stages = tile
     mma = '"f16"' if dtype == "float16" else '"bf16"'
-    defines = {"BM": bm, "BN": bn, "BK": bk, "WM": wm, "WN": wn, "MMA_TYPE": mma}
+    defines = {"BM": bm, "BN": bn, "BK": bk, "WM": wm, "WN": wn, "STAGES": stages, "MMA_TYPE": mma,
+               "CP_ASYNC": int(cp_async)}
     return Kernel("gemm_mma", BACKEND.source(dtype, defines, ("gemm_mma.cu",), prelude=epilogue))
 
 

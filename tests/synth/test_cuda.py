@@ -23,9 +23,12 @@ def test_epilogue_renders_each_step_in_order_in_single_precision():
 
 def test_gemm_kernel_picks_the_template_by_dtype_and_hashes_its_content():
     k32 = cuda.gemm_kernel(CHAIN, "float32", (64, 64, 16, 4, 4))
-    k16 = cuda.gemm_kernel(CHAIN, "float16", (64, 64, 32, 2, 2))
+    k16 = cuda.gemm_kernel(CHAIN, "float16", (64, 64, 32, 2, 2, 4))
     assert (k32.name, k16.name) == ("gemm_tiled", "gemm_mma")
     assert "#define ARB_F16 1" in k16.source and '"f16"' in k16.source
+    assert "#define STAGES 4\n" in k16.source and "#define CP_ASYNC 0\n" in k16.source  # element loads unless asked
+    fast = cuda.gemm_kernel(CHAIN, "float16", (64, 64, 32, 2, 2, 4), cp_async=True)
+    assert "#define CP_ASYNC 1\n" in fast.source and fast.identity != k16.identity
     relu = Chain(CHAIN.operands, (Step("add", "bias"), Step("act", "relu"), Step("add", "residual")))
     assert cuda.gemm_kernel(relu, "float32", (64, 64, 16, 4, 4)).identity != k32.identity
     assert cuda.gemm_kernel(CHAIN, "float32", (64, 64, 16, 4, 4)).identity == k32.identity

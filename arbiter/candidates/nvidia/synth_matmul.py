@@ -12,14 +12,15 @@ import inspect
 from arbiter import synth
 from arbiter.candidates import Tier, register
 from arbiter.candidates.nvidia._cuda import NvidiaCandidate, check_gemm
-from arbiter.candidates.nvidia.gemm_mma import launch_mma
+from arbiter.candidates.nvidia.gemm_mma import cp_async_path, fit_ring, launch_mma, shared_limit, with_shared_memory
 from arbiter.candidates.nvidia.gemm_tiled import launch_tiled
 from arbiter.synth import cuda as synth_cuda
 
-TILES = {  # per size: (float32 gemm_tiled tile, half-precision gemm_mma tile)
-    "medium": ((64, 64, 16, 4, 4), (64, 64, 32, 2, 2)),
-    "small": ((32, 32, 32, 2, 2), (32, 32, 32, 1, 2)),
-    "large": ((128, 64, 16, 8, 4), (128, 128, 32, 2, 4)),
+TILES = {  # per size: (float32 gemm_tiled tile, half-precision gemm_mma tile: BM, BN, BK, WM, WN, STAGES)
+    "medium": ((64, 64, 16, 4, 4), (128, 64, 32, 2, 2, 4)),
+    "small": ((32, 32, 32, 2, 2), (64, 64, 32, 2, 2, 4)),
+    "large": ((128, 64, 16, 8, 4), (128, 128, 32, 2, 4, 4)),
+    "wide": ((128, 128, 8, 8, 8), (128, 256, 32, 2, 4, 4)),
 }
 
 
@@ -30,7 +31,7 @@ class SynthMatmul(NvidiaCandidate):
     templates = ("gemm_tiled.cu", "gemm_mma.cu")
 
     def __init__(self):
-        self._kernels: dict[tuple, object] = {}
+        self._kernels: dict[tuple, tuple] = {}  # -> (kernel, the tile it was compiled for)
 
     def param_space(self):
         return [{"tile": size} for size in TILES]
@@ -61,16 +62,22 @@ class SynthMatmul(NvidiaCandidate):
         res = region.residual
         res_cs = res.strides[1] // res.itemsize if res is not None else 1
         ldr = res.strides[0] // res.itemsize if res is not None else 0
-        tile = TILES[params["tile"]][0 if region.dtype == "float32" else 1]
-        key = (region.dtype, region.key.attrs, res_cs, tile)
-        fn = self._kernels.get(key)
-        if fn is None:
-            kernel = synth_cuda.gemm_kernel(synth.epilogue_chain(region), region.dtype, tile, res_cs)
-            fn = self._kernels[key] = synth_cuda.compile_kernel(kernel)
+        half = region.dtype != "float32"
+        tile = TILES[params["tile"]][1 if half else 0]
+        cp_async = half and cp_async_path(region, out)
+        key = (region.dtype, region.key.attrs, res_cs, tile, cp_async)
+        plan = self._kernels.get(key)
+        if plan is None:
+            if half:
+                tile = fit_ring(tile, shared_limit())  # the ring the device holds
+            kernel = synth_cuda.gemm_kernel(synth.epilogue_chain(region), region.dtype, tile, res_cs, cp_async)
+            fn = synth_cuda.compile_kernel(kernel)
+            plan = self._kernels[key] = (with_shared_memory(fn, tile) if half else fn, tile)
+        fn, tile = plan
         if region.dims["m"] and region.dims["n"]:
             bias = region.bias if region.bias is not None else out  # out stands in for an unused pointer
             residual = res if res is not None else out
-            launch = launch_tiled if region.dtype == "float32" else launch_mma
+            launch = launch_mma if half else launch_tiled
             launch(fn, tile, region, out, bias, residual, ldr)
         return out
 
