@@ -18,6 +18,8 @@ BENCHMARKS = {
     "cpu_ops_suite.py": ([], "cpu_ops.md", False),
     "cpu_suite.py": ([], "cpu_crossovers.md", False),
     "dispatch_overhead.py": ([], "dispatch_overhead.md", False),
+    "epilogue.py": ([], "epilogue.md", True),
+    "fft_peers.py": ([], "fft_peers.md", True),
     "fleet_scale.py": (["--url", "{tmp}/fleet.db"], "fleet_scale.md", False),
     "gate_classes.py": ([], "gate_classes.md", False),
     "gemm_tc.py": ([], "gemm_tc.md", True),

@@ -1,7 +1,9 @@
 """Vendor matmul on NVIDIA through PyTorch (cuBLASLt), on CuPy memory via DLPack, writing into the given out.
 
 PyTorch fuses the bias into its GEMM (``addmm``); the activation and residual follow as PyTorch ops,
-each writing through ``out=`` so the last one lands in the caller's buffer without a copy.
+each writing through ``out=`` so the last one lands in the caller's buffer without a copy. This is the
+general form (every activation, exact GELU and SiLU included); ``torch_addmm_act`` is the fused one
+(bias + ReLU or tanh-GELU in the GEMM's epilogue, a lone residual as the GEMM's C) where torch has it.
 """
 from __future__ import annotations
 
