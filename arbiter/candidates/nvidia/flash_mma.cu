@@ -120,6 +120,8 @@ flash_mma(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict_
     const T* v = V + (long long)b * vb + (long long)h * vh;
     const float scale_log2 = scale * LOG2E;  // scores in the exp2 domain: exp(x) = exp2(x * log2 e)
 
+    load_tile(Ks, k, ks, kd, 0, k_len, tid);  // K[0] is in flight while Q's fragments load
+
     // Q's A fragments for the warp's 16 rows, all HEAD_D dims, held in registers for every key tile.
     const int r_lo = wrow + group, r_hi = r_lo + 8;
     unsigned qf[KD][4];
@@ -158,8 +160,8 @@ flash_mma(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict_
     const int warp_k_end = wrow >= q_len ? 0 : (CAUSAL ? min(k_len, wrow + 16) : k_len);
     const int tiles = (k_end + BK - 1) / BK;
 
-    // Pipeline (one K and one V buffer): V[t] loads while S[t] is computed, K[t+1] while P V[t] is.
-    load_tile(Ks, k, ks, kd, 0, k_len, tid);
+    // Pipeline (one K and one V buffer): V[t] loads while S[t] is computed, K[t+1] while P V[t] is (K[0]
+    // went first, above).
     for (int t = 0; t < tiles; ++t) {
         const int j0 = t * BK;
         cp_async_wait_all();
