@@ -13,9 +13,10 @@ before it). The ratio is arbiter time over SDPA time (below 1: the arbiter is fa
 4 * b * h * q * k * d (half of it when causal). Each row also gives the relative error of the arbiter's output
 against SDPA's (both rounded to the element type: a sanity check, the gate is the judge).
 
-Usage: python benchmarks/attention_tc.py [--out DIR] [--quick] [--budget-seconds S]; writes
+Usage: python benchmarks/attention_tc.py [--out DIR] [--quick] [--sweep] [--budget-seconds S]; writes
 ``<out>/attention_tc.jsonl`` and ``<out>/attention_tc.md`` and prints the table last. ``--quick``: two
-configurations. Without a GPU (or without PyTorch with CUDA) it says "skipped" and exits 0.
+configurations; ``--sweep``: every flash_mma solution timed too (kernel only). Without a GPU (or without
+PyTorch with CUDA) it says "skipped" and exits 0.
 """
 from __future__ import annotations
 
@@ -39,8 +40,7 @@ def configs(quick: bool) -> list[tuple]:
     return [(s, c, t) for s in SHAPES for c in (False, True) for t in DTYPES]
 
 
-def run_config(shape, causal: bool, dtype: str, time_cap_s: float) -> dict:
-    import cupy as cp
+def run_config(shape, causal: bool, dtype: str, time_cap_s: float, sweep: bool) -> dict:
     import torch
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -49,6 +49,7 @@ def run_config(shape, causal: bool, dtype: str, time_cap_s: float) -> dict:
     from arbiter import run_arbitrated
     from arbiter.candidates import REGISTRY
     from arbiter.regions import Attention
+    from arbiter.targets.nvidia import cupy_view
     from arbiter.timing import measure_calls
 
     b, h, s, d = shape
@@ -64,8 +65,8 @@ def run_config(shape, causal: bool, dtype: str, time_cap_s: float) -> dict:
     def sdpa():
         return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
-    qc, kc, vc = (cp.from_dlpack(t) for t in (q, k, v))
-    bare = Attention(qc, kc, vc, causal=causal, out=cp.empty(qc.shape, qc.dtype))
+    qc, kc, vc, oc = (cupy_view(t) for t in (q, k, v, torch.empty_like(q)))  # views: what the user path runs on
+    bare = Attention(qc, kc, vc, causal=causal, out=oc)
 
     def kernel_only():
         return cand.run(bare, params)
@@ -78,12 +79,18 @@ def run_config(shape, causal: bool, dtype: str, time_cap_s: float) -> dict:
         for label, call in (("arbiter", user), ("sdpa flash", sdpa), ("kernel only", kernel_only)):
             m = measure_calls([call], "nvidia", mode="device", min_reps=10, max_reps=200, time_cap_s=time_cap_s)
             timing[label] = {"median_us": m.median_s * 1e6, "spread": m.spread, "reps": m.reps}
+        solutions = {}
+        for p in cand.param_space() if sweep else ():  # kernel only, every solution: which block shape is fastest
+            m = measure_calls([lambda p=p: cand.run(bare, p)], "nvidia", mode="device", min_reps=5, max_reps=100,
+                              time_cap_s=0.25)
+            solutions[json.dumps(p)] = m.median_s * 1e6
     flops = 4.0 * b * h * s * s * d * (0.5 if causal else 1.0)
     return {"shape": "x".join(map(str, shape)), "causal": causal, "dtype": dtype, "params": params,
             "rel_err_vs_sdpa": err, "timing": timing,
             "ratio": timing["arbiter"]["median_us"] / timing["sdpa flash"]["median_us"],
             "ratio_kernel": timing["kernel only"]["median_us"] / timing["sdpa flash"]["median_us"],
-            "tflops": {k: flops / (t["median_us"] * 1e-6) / 1e12 for k, t in timing.items()}}
+            "tflops": {path: flops / (t["median_us"] * 1e-6) / 1e12 for path, t in timing.items()},
+            **({"kernel_only_us_by_solution": solutions} if solutions else {})}
 
 
 def table(results: list[dict]) -> str:
@@ -97,6 +104,12 @@ def table(results: list[dict]) -> str:
                      f"{t['sdpa flash']['median_us']:,.1f} ±{t['sdpa flash']['spread'] * 100:.0f}% "
                      f"({f['sdpa flash']:.0f}) | {t['kernel only']['median_us']:,.1f} | {r['ratio']:.2f}x | "
                      f"{r['ratio_kernel']:.2f}x | {r['rel_err_vs_sdpa']:.1e} |")
+    swept = [r for r in results if "kernel_only_us_by_solution" in r]
+    if swept:
+        lines += ["", "kernel only, every solution (us): " + "; ".join(
+            f"{r['shape']} causal={int(r['causal'])} {r['dtype']}: " + ", ".join(
+                f"{p} {t:,.1f}" for p, t in sorted(r["kernel_only_us_by_solution"].items(), key=lambda kv: kv[1]))
+            for r in swept)]
     ratios = [r["ratio"] for r in results if r["ratio"] > 0 and math.isfinite(r["ratio"])]
     if ratios:
         geo = math.exp(sum(map(math.log, ratios)) / len(ratios))
@@ -109,7 +122,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=os.environ.get("OUT", "out"))
     ap.add_argument("--quick", action="store_true", help="two configurations (smoke run)")
-    ap.add_argument("--budget-seconds", type=float, default=75.0, help="start no configuration after this")
+    ap.add_argument("--budget-seconds", type=float, default=70.0, help="start no configuration after this")
+    ap.add_argument("--sweep", action="store_true",
+                    help="also time every flash_mma solution (kernel only; adds compiles: about 2x the run time)")
     args = ap.parse_args()
     from arbiter import targets
 
@@ -139,7 +154,7 @@ def main() -> int:
                 continue
             t0 = time.perf_counter()
             try:
-                row = run_config(shape, causal, dtype, time_cap_s=0.4 if args.quick else 0.8)
+                row = run_config(shape, causal, dtype, 0.4 if args.quick else 0.6, args.sweep)
             except Exception as exc:  # one failing configuration is reported, the others still run
                 row = {"shape": "x".join(map(str, shape)), "causal": causal, "dtype": dtype,
                        "error": f"{type(exc).__name__}: {exc}"}
