@@ -15,6 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # script: (extra arguments beyond --quick --out DIR, the table it writes there, needs a GPU); "{tmp}" is the test's
 # temporary folder. fleet_scale defaults to a fresh PostgreSQL database: here a SQLite file keeps it self-contained.
 BENCHMARKS = {
+    "attention_tc.py": ([], "attention_tc.md", True),
     "cpu_ops_suite.py": ([], "cpu_ops.md", False),
     "cpu_suite.py": ([], "cpu_crossovers.md", False),
     "dispatch_overhead.py": ([], "dispatch_overhead.md", False),
