@@ -319,9 +319,21 @@ def _np(dtype: str):
 
 
 def random_operand(target: str, shape, dtype: str, layout: str, rng, scale: float = 1.0):
-    """Seeded random data (never zeros) of ``shape`` in the given layout class on ``target``."""
+    """Seeded random data (never zeros) of ``shape`` in the given layout class on ``target``.
+
+    Layout class "S" (strided) has two forms: ``S``, every other element along the last axis (no unit
+    stride anywhere), and ``P``, rows padded to a 16-byte multiple (unit inner stride, 16-byte aligned row
+    starts: a permuted [B, S, H, D] view seen as [B, H, S, D] looks like this). A kernel may choose its path
+    by strides, so the gate probes both (``verify.probe_plan`` alternates them); ``P`` falls back to ``S``
+    where padding would leave the array contiguous (one row)."""
     t = targets.get(target)
-    if layout == "S" and len(shape) >= 1:
+    if layout == "P" and len(shape) >= 2 and math.prod(shape[:-1]) > 1 and shape[-1] >= 1:
+        per16 = max(1, 16 // _ITEMSIZE[dtype])
+        wide = tuple(shape[:-1]) + ((shape[-1] + per16) // per16 * per16,)  # at least one element of padding
+        base = _device_draw(target, wide, dtype, scale, rng)
+        base = t.from_host(_normal(rng, wide, dtype, scale), dtype) if base is None else base
+        return base[..., : shape[-1]]
+    if layout in ("S", "P") and len(shape) >= 1:
         # A strided view: every other element of a wider buffer along the last axis.
         wide = tuple(shape[:-1]) + (max(1, shape[-1] * 2),)
         base = _device_draw(target, wide, dtype, scale, rng)
@@ -332,6 +344,9 @@ def random_operand(target: str, shape, dtype: str, layout: str, rng, scale: floa
     if drawn is not None:
         return drawn if order == "C" else _cupy().asfortranarray(drawn)
     return t.from_host(_normal(rng, shape, dtype, scale), dtype, order=order)
+
+
+_ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "complex64": 8, "complex128": 16}
 
 
 def _cupy():
@@ -474,7 +489,7 @@ class Matmul(Region):
         a = random_operand(target, (m, k), dtype, layout[0], rng)
         b = random_operand(target, (k, n), dtype, layout[1], rng, scale=1.0 / math.sqrt(max(k, 1)))
         bias = random_operand(target, (n,), dtype, "R", rng) if _flag(attrs.get("bias"), "bias") else None
-        res = (random_operand(target, (m, n), dtype, "S" if len(layout) > 2 else "R", rng)
+        res = (random_operand(target, (m, n), dtype, layout[2] if len(layout) > 2 else "R", rng)
                if _flag(attrs.get("residual"), "residual") else None)
         return cls(a, b, bias=bias, activation=attrs.get("activation", "none"), residual=res)
 
@@ -522,7 +537,7 @@ class _RowRegion(Region):
     def _random_x(cls, target, dtype, dims, axis_last: bool, layout: str, rng):
         rows, cols = dims["rows"], dims["cols"]
         shape = (rows, cols) if axis_last else (cols, rows)
-        return random_operand(target, shape, dtype, "R" if layout == "R" else "S", rng, scale=2.0)
+        return random_operand(target, shape, dtype, layout if layout in ("R", "P") else "S", rng, scale=2.0)
 
 
 class Softmax(_RowRegion):

@@ -11,6 +11,8 @@
   large offsets, tiny values, ...) at the bucket's low corner, with varied scalars;
 * the bucket's corners with each dimension low or high independently,
 
+strided operands (layout class S) drawn as every-other-element views and as padded rows (unit inner
+stride, aligned rows) on alternate probes, so a kernel choosing its path by strides is probed on both;
 the families and corners within a cost cap (``EXTRA_WORK_FACTOR`` x the real shape's work, or
 ``EXTRA_WORK_FLOOR``).
 Each probe's data is fresh (entropy-seeded; the seed is named in a failure so it can be replayed
@@ -173,10 +175,13 @@ def probe_shapes(region) -> list[dict]:
     return shapes
 
 
-def _draw(region, probe: Probe, rng) -> Region:
+def _draw(region, probe: Probe, rng, padded: bool = False) -> Region:
+    """A fresh random instance for ``probe``. ``padded``: strided operands (layout class S) as padded rows
+    (unit inner stride, aligned row starts) instead of every other element (``regions.random_operand``);
+    the plan alternates the two, so a kernel that picks its path by strides is probed on both."""
     args = probes.varied_scalars(region, rng) if probe.vary_scalars else region.runtime_args()
-    fresh = region.random(region.target, region.dtype, dict(probe.dims), dict(region.attrs), region.layout, rng,
-                          **args)
+    layout = region.layout.replace("S", "P") if padded else region.layout
+    fresh = region.random(region.target, region.dtype, dict(probe.dims), dict(region.attrs), layout, rng, **args)
     if all(int(a.size) for a in fresh.operands().values()):  # an empty operand has no values to shape
         probe.family.apply(fresh, rng)
     return fresh
@@ -188,12 +193,17 @@ def _native(array) -> bool:
 
 
 def _upload(array, target, dtype: str):
-    """A host probe operand on ``target`` in the same layout class (C, Fortran, or every-other-element view)."""
+    """A host probe operand on ``target`` in the same layout class and form (C, Fortran, padded rows, or an
+    every-other-element view)."""
     t = targets.get(target)
     if array.flags.c_contiguous or array.ndim == 0:
         return t.from_host(array, dtype)
     if array.flags.f_contiguous:
         return t.from_host(array, dtype, order="F")
+    if array.ndim >= 2 and array.strides[-1] == array.itemsize:  # padded rows (``random_operand``'s P form)
+        padded = np.zeros(array.shape[:-1] + (array.strides[-2] // array.itemsize,), dtype=array.dtype)
+        padded[..., : array.shape[-1]] = array
+        return t.from_host(padded, dtype)[..., : array.shape[-1]]
     wide = np.zeros(array.shape[:-1] + (2 * array.shape[-1],), dtype=array.dtype)
     wide[..., ::2] = array
     return t.from_host(wide, dtype)[..., ::2]
@@ -638,12 +648,13 @@ def verify(candidate: Candidate, params: dict, region) -> Verdict:
     target = targets.get(region.target)
     rng, seed = _gate_rng()
     opaque = not all(_native(a) for a in region.operands().values())
-    for probe in probe_plan(region):
+    for index, probe in enumerate(probe_plan(region)):
+        padded = index % 2 == 1  # strided operands: every other element, then padded rows, alternately
         if opaque:  # drawn and kept on the host; the candidate gets a device copy
-            pristine = _draw(pristine_copy_target(region, "cpu"), probe, rng)
+            pristine = _draw(pristine_copy_target(region, "cpu"), probe, rng, padded)
             fresh = _on_target(pristine, region.target)
         else:
-            fresh = _draw(region, probe, rng)
+            fresh = _draw(region, probe, rng, padded)
         label = probe.label + (f" ({_scalars_text(fresh)})" if probe.vary_scalars and _scalars_text(fresh) else "")
         probed.append(label)
         applies = candidate.applies_to(fresh)

@@ -21,6 +21,7 @@ from arbiter.regions import Attention, LayerNorm, Matmul, Pointwise, RMSNorm, So
 from arbiter.verify import CHEAP_CHECK_WORK, check_output, probe_plan, verify
 from gpu_support import requires_gpu
 from wrong_candidates import (
+    AssumesDenseRows,
     AttentionFixedScale,
     AttentionNoMax,
     Bf16Matmul,
@@ -65,6 +66,7 @@ def _mm(dims, dtype="float32", **attrs):
      "at "),
     (BottomRightCausal, lambda: Attention.random("cpu", "float32", {"batch": 1, "heads": 2, "q": 32, "k": 32, "d": 16},
                                                  {"causal": "1"}), "at "),
+    (AssumesDenseRows, lambda: Softmax.random("cpu", "float32", {"rows": 20, "cols": 40}, layout="S"), "at 20x40 "),
     (ReluInPlace, lambda: Pointwise.random("cpu", "float32", {"size": 500}, {"chain": "relu"}),
      "wrote to its input 'x'"),
     (Bf16Matmul, lambda: _mm({"m": 32, "n": 32, "k": 32}), "has not opted in"),

@@ -144,6 +144,22 @@ class SquareOnly(Wrong):
         return out
 
 
+class AssumesDenseRows(Wrong):
+    """Reads its rows as if packed whenever the last axis has unit stride (a kernel choosing a vector path by
+    the inner stride alone): right on contiguous arrays and on every-other-element views, wrong on padded
+    rows, the form of a permuted [B, S, H, D] view seen as [B, H, S, D]."""
+
+    name, op = "assumes_dense_rows", "softmax"
+
+    def run(self, region, params):
+        out = region.alloc_out()
+        x = region.x
+        if x.strides[-1] == x.itemsize and not x.flags.c_contiguous:
+            x = np.lib.stride_tricks.as_strided(x, x.shape, (x.shape[-1] * x.itemsize, x.itemsize))  # the bug
+        out[...] = _softmax_rows(x.astype(np.float64), region.axis).astype(out.dtype)
+        return out
+
+
 class SameLengths(Wrong):
     """Assumes seq_q == seq_k: takes the key count from q."""
 
