@@ -6,7 +6,8 @@ Host clock, ``N`` calls back to back, one synchronize at the end, per call (the 
 model: the GPU work of these shapes is shorter than the host's). torch tensors, default policy ``tier``
 (keys decided before timing).
 
-Usage: python benchmarks/host_profile.py [--out DIR] [--seq 128] [--d 512] [--dtype float16]
+Usage: python benchmarks/host_profile.py [--out DIR] [--quick] [--seq 128] [--d 512] [--dtype float16]
+``--quick``: 200 calls a figure (a smoke run). The report goes to ``<out>/host_profile.md``.
 Without a GPU it says so and exits 0.
 """
 from __future__ import annotations
@@ -47,7 +48,10 @@ def main() -> int:
     ap.add_argument("--d", type=int, default=512)
     ap.add_argument("--dtype", default="float16")
     ap.add_argument("-n", type=int, default=2000)
+    ap.add_argument("--quick", action="store_true")
     args = ap.parse_args()
+    if args.quick:
+        args.n = 200
     try:
         import torch
 
@@ -110,8 +114,8 @@ def main() -> int:
     text = io.StringIO()
     pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(30)
     os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "host_profile.txt"), "w") as f:
-        f.write("\n".join(lines) + "\n\n" + text.getvalue())
+    with open(os.path.join(args.out, "host_profile.md"), "w") as f:
+        f.write("\n".join(lines) + "\n\n```\n" + text.getvalue() + "```\n")
     print("\n".join(lines))
     return 0
 
