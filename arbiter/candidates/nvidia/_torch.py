@@ -10,7 +10,7 @@ from __future__ import annotations
 from arbiter import targets
 from arbiter.candidates import Tier
 from arbiter.candidates.nvidia._cuda import NvidiaCandidate
-from arbiter.targets.nvidia import torch_reason
+from arbiter.targets.nvidia import torch_reason, torch_view
 
 
 def torch_available() -> bool | str:
@@ -27,9 +27,7 @@ def view(array):
     where CuPy is absent), else through DLPack, no copy."""
     if type(array).__module__.startswith("torch"):
         return array
-    import torch
-
-    return torch.from_dlpack(array)
+    return torch_view(array)
 
 
 def tensor(region, name: str):
