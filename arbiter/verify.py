@@ -60,6 +60,7 @@ import numpy as np
 from arbiter import oracles, probes, targets
 from arbiter.candidates import Candidate, Fallback
 from arbiter.keys import POW2
+from arbiter.memo import Memo
 from arbiter.ops import op_kind
 from arbiter.oracles import array_module
 from arbiter.oracles.budgets import Budget, budget_for
@@ -190,6 +191,17 @@ def _draw(region, probe: Probe, rng, padded: bool = False) -> Region:
 def _native(array) -> bool:
     """NumPy or CuPy: arrays the gate can copy, compare and rewrite in place on their own device."""
     return isinstance(array, np.ndarray) or array_module(array) is not np
+
+
+_draws: Memo = Memo()  # target name -> whether its drawn arrays are native
+
+
+def _draws_native(target: str) -> bool:
+    """Whether ``target``'s own arrays (what ``random_operand`` draws there) are ones ``_native`` accepts."""
+    found = _draws.get(target)
+    if found is None:
+        found = _draws[target] = _native(targets.get(target).from_host(np.ones(1, np.float32), "float32"))
+    return found
 
 
 def _upload(array, target, dtype: str):
@@ -647,7 +659,10 @@ def verify(candidate: Candidate, params: dict, region) -> Verdict:
                        "or --allow-looser)")
     target = targets.get(region.target)
     rng, seed = _gate_rng()
-    opaque = not all(_native(a) for a in region.operands().values())
+    # Probes are drawn on the target itself when its arrays are ones the gate works on in place (NumPy,
+    # CuPy), whatever the caller passed: a torch caller's key is gated on CuPy probes where CuPy is present.
+    # Otherwise (ROCm's device arrays, torch without CuPy) they are drawn and kept on the host.
+    opaque = not _draws_native(region.target)
     for index, probe in enumerate(probe_plan(region)):
         padded = index % 2 == 1  # strided operands: every other element, then padded rows, alternately
         if opaque:  # drawn and kept on the host; the candidate gets a device copy

@@ -495,3 +495,20 @@ def test_rounding_into_half_precision_subnormals_is_not_an_error_but_one_step_mo
     tally = Tally()
     tally.add(off, ref, budget)
     assert tally.finish(budget)[0] != ""
+
+
+@requires_gpu
+@pytest.mark.gpu
+def test_a_torch_callers_large_matmul_is_gated_on_device_probes():
+    """A key first seen through torch tensors is gated on CuPy probes with CuPy pristine copies: the sampled
+    check of a large product (above CHEAP_CHECK_WORK) compares device arrays with device arrays."""
+    torch = pytest.importorskip("torch")
+    g = torch.Generator(device="cuda").manual_seed(0)
+    a = torch.randn(1024, 768, device="cuda", generator=g).half()
+    b = (torch.randn(768, 640, device="cuda", generator=g) / 28).half()
+    res = torch.randn(1024, 640, device="cuda", generator=g).half()
+    region = Matmul(a, b, residual=res)
+    assert CHEAP_CHECK_WORK < 1024 * 768 * 640
+    cand = REGISTRY.get("torch_matmul", "nvidia", "matmul")
+    verdict = verify(cand, cand.param_space()[0], region)
+    assert verdict.passed, verdict.reason
