@@ -59,7 +59,10 @@ def plan_for(n: int, kind: str, dtype: str, batch: int, device: int):
 
         if len(plans) >= _PLANS_MAX:
             plans.clear()
-        plan = plans[key] = cufft.Plan1d(n, _fft_type(kind, dtype), batch)
+        # Made under the device's context: a thread's first plan may come before any CuPy call there made the
+        # device's primary context current (cuFFT then fails its first execution in that thread).
+        with cupy().cuda.Device(device):
+            plan = plans[key] = cufft.Plan1d(n, _fft_type(kind, dtype), batch)
     return plan
 
 
