@@ -6,8 +6,9 @@ RMSNorm -> Q, K, V projections -> attention op -> output projection + residual (
 RMSNorm -> up projection with fused bias + GELU epilogue -> down projection + residual (fused epilogue).
 
 Paths, all on the same weights and input:
-* ``arbiter/cupy``: every op a region + ``run_arbitrated`` on CuPy arrays (default policy ``tier``: what
-  a fresh user gets; the first call of each key pays the F4 gate, in the warm-up, outside the timing);
+* ``arbiter/cupy``: every op a region + ``run_arbitrated`` on CuPy arrays (default policy ``tier`` on a fresh
+  registry, ``<out>/model_block.db``: what a fresh user gets; the first call of each key pays the F4 gate,
+  in the warm-up, outside the timing);
 * ``arbiter/torch``: the same on torch tensors (torch-native candidates, torch's allocator and stream);
 * ``torch eager``: the block as a PyTorch user writes it (``F.rms_norm``, ``@``, ``addmm`` + ``F.gelu``,
   ``F.scaled_dot_product_attention``);
@@ -263,6 +264,8 @@ def main() -> int:
     ap.add_argument("--compile-budget", type=float, default=240.0,
                     help="stop compiling torch.compile peers after this many seconds of compilation")
     ap.add_argument("--table-from", help="print the table of an earlier run's model_block.jsonl, run nothing")
+    ap.add_argument("--registry", help="the registry file to use (default: a fresh <out>/model_block.db, so the "
+                                       "default picks are what a fresh user gets)")
     args = ap.parse_args()
     if args.table_from:
         with open(args.table_from) as f:
@@ -293,6 +296,12 @@ def main() -> int:
         if hasattr(torch._dynamo.config, limit):
             setattr(torch._dynamo.config, limit, 256)
     os.makedirs(args.out, exist_ok=True)
+    if not args.registry:  # a fresh registry: the default picks are a fresh user's, not another run's tuning
+        args.registry = os.path.join(args.out, "model_block.db")
+        for suffix in ("", "-wal", "-shm"):
+            if os.path.exists(args.registry + suffix):
+                os.remove(args.registry + suffix)
+    os.environ["ARBITER_DB"] = args.registry  # read when the first call opens the registry
     env = targets.get("nvidia").environment()
     stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     print(f"{stamp}  {json.dumps(env)}", flush=True)
