@@ -174,6 +174,10 @@ class CublasLtMatmul(NvidiaCandidate):
         if region.activation not in ("none", "relu", "gelu_tanh"):
             return (f"activation {region.activation}: cuBLASLt's epilogues are ReLU and GELU in its tanh form "
                     "(gelu_tanh); exact gelu and silu are not among them")
+        if region.activation == "gelu_tanh" and region.dtype == "float32":
+            # Its GELU epilogue in float32 missed the float32 budget on an H200 (relative error 1.1e-05 to
+            # 2.7e-05 against 1e-05 at 65x1x257..300, every algorithm).
+            return "gelu_tanh in float32: cuBLASLt's GELU epilogue misses the float32 budget"
         if region.residual is not None and region.activation != "none":
             return ("residual after an activation: cuBLASLt adds C before its epilogue's activation, so "
                     "act(a @ b + bias) + residual is not one cuBLASLt call")

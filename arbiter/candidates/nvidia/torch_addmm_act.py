@@ -41,6 +41,11 @@ class TorchAddmmAct(TorchCandidate):
             return ("epilogue: torch fuses bias + relu or gelu_tanh (_addmm_activation) and a lone residual "
                     f"(addmm); activation={region.activation}, bias={region.bias is not None}, "
                     f"residual={region.residual is not None} is torch_matmul's")
+        if region.activation == "gelu_tanh" and region.residual is not None and region.dtype != "float32":
+            # The fused GELU's output is rounded to half precision, then the residual is added and rounded
+            # again: on an H200 that missed the half-precision budgets at 1x1x1 (4.9e-02 against 2e-02 in
+            # bfloat16). torch_matmul serves it; bias + relu + residual is exact after the GEMM's rounding.
+            return f"gelu_tanh + residual in {region.dtype}: two roundings (activation, then residual add)"
         return True
 
     def run(self, region, params):

@@ -23,7 +23,7 @@ def _cand():
     return REGISTRY.get("cublaslt_matmul", "nvidia", "matmul")
 
 
-def _region(attrs, dtype="float32", layout="RR"):
+def _region(attrs, dtype="float16", layout="RR"):
     return Matmul.random("cpu", dtype, {"m": 6, "n": 5, "k": 4}, attrs, layout)
 
 
@@ -45,6 +45,7 @@ def test_each_served_epilogue_maps_to_its_cublaslt_epilogue(attrs, name):
     ({"bias": "1", "activation": "relu", "residual": "1"}, "float32", "RR", "residual after an activation"),
     ({}, "float64", "RR", "dtype float64"),
     ({"residual": "1"}, "float32", "RRS", "layout RRS"),
+    ({"bias": "1", "activation": "gelu_tanh"}, "float32", "RR", "gelu_tanh in float32"),
 ])
 def test_what_cublaslt_cannot_do_in_one_call_is_declined_with_the_reason(attrs, dtype, layout, lead):
     why = _cand().applies_to(_region(attrs, dtype, layout))

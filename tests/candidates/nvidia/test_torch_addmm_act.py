@@ -45,6 +45,15 @@ def test_it_declines_exact_gelu_and_what_torch_matmul_serves(attrs):
     assert isinstance(why, str) and why.startswith("epilogue") and "torch_matmul" in why
 
 
+@pytest.mark.parametrize("dtype", ["float16"])  # bfloat16 takes the same branch (any dtype but float32)
+def test_gelu_tanh_with_a_residual_in_half_precision_is_declined(dtype):
+    """Two roundings (the fused GELU's output, then the residual add) missed the half-precision budget."""
+    region = Matmul.random("cpu", dtype, {"m": 5, "n": 7, "k": 3}, {"bias": "1", "activation": "gelu_tanh",
+                                                                    "residual": "1"})
+    why = _cand().applies_to(region)
+    assert isinstance(why, str) and why.startswith(f"gelu_tanh + residual in {dtype}")
+
+
 class _Ops(torch.overrides.TorchFunctionMode):
     """Records the torch functions and methods a call makes."""
 
@@ -108,14 +117,15 @@ def test_every_fused_epilogue_passes_the_gate(shape, attrs, dtype):
 @requires_gpu
 @pytest.mark.parametrize("layout", ["RRS", "CR"])
 def test_other_layouts_pass_the_gate(layout):
-    attrs = {"bias": "1", "activation": "gelu_tanh", "residual": "1"}
+    attrs = {"bias": "1", "activation": "relu", "residual": "1"}
     check_builtin_solution(_cand(), {}, Matmul.random("nvidia", "float16", {"m": 45, "n": 23, "k": 31}, attrs,
                                                       layout, rng=np.random.default_rng(22)))
 
 
 @pytest.mark.gpu
 @requires_gpu
-@pytest.mark.parametrize("attrs", SERVED, ids=_ids)
+@pytest.mark.parametrize("attrs", [a for a in SERVED if not (a.get("activation") == "gelu_tanh" and "residual" in a)],
+                         ids=_ids)
 def test_a_torch_caller_without_out_gets_torch_s_fused_result(attrs):
     """No out=: the result is the tensor torch returned (its caching allocator), equal to the eager form
     F.gelu(addmm(bias, a, w), approximate='tanh') [+ residual] within fp16 rounding."""
