@@ -40,6 +40,7 @@ from arbiter.candidates import REGISTRY, Fallback, run_for_torch
 from arbiter.errors import CaptureMissError, RegionError, StrictMissError
 from arbiter.ladder import nearest_winners
 from arbiter.ops import op_kind
+from arbiter.region_memo import builder_for
 from arbiter.solution import ChosenBy, Solution, TextEnum
 from arbiter.store import CountDelta, MemoryStore, SolutionRecord, default_store, flusher
 from arbiter.tune import tune_region
@@ -177,50 +178,41 @@ def run_arbitrated(op: str, region, *, policy: str | None = None):
 # --- bound handles (hot loops) -----------------------------------------------
 class Bound:
     """A region's problem fixed once: calling it with operands of the same shape, dtype, strides and
-    device skips region validation (one signature check per operand) and dispatches as
-    ``run_arbitrated`` does. Operands that differ are refused with a RegionError naming the argument."""
+    device skips region validation (one signature check per operand, then the region memo's recorded
+    build, ``arbiter.region_memo``) and dispatches as ``run_arbitrated`` does. Operands that differ are
+    refused with a RegionError naming the argument."""
 
-    __slots__ = ("op", "template", "names", "sigs", "policy", "slots")
+    __slots__ = ("op", "cls", "names", "sigs", "policy", "build", "slots", "values", "npos", "attrs")
 
-    def __init__(self, op, template, names, operands, policy):
-        self.op, self.template, self.names, self.policy = op, template, names, policy
-        self.slots = tuple(s for cls in type(template).__mro__ for s in getattr(cls, "__slots__", ())
-                           if hasattr(template, s))
+    def __init__(self, op, cls, names, operands, npos, attrs, policy):
+        self.op, self.cls, self.names, self.npos, self.attrs, self.policy = op, cls, names, npos, attrs, policy
+        positional = tuple(operands[:npos])
+        cls(*positional, **attrs)  # validated here (and its recipe recorded)
+        self.build = builder_for(cls, positional, attrs)
         self.sigs = tuple(_signature(a) for a in operands)
+        # Where each operand sits in the memo's argument values: positional ones first, then keyword values in
+        # ``attrs``' order. The recorded build reads only those positions; the rest stays None.
+        order = list(attrs)
+        self.slots = tuple(range(npos)) + tuple(npos + order.index(n) for n in names[npos:])
+        self.values = [None] * (npos + len(order))
 
     def __call__(self, *operands):
         names, sigs = self.names, self.sigs
         if len(operands) != len(names):
             raise RegionError("operands", f"expected {len(names)} ({', '.join(names)}), got {len(operands)}")
-        template = self.template
-        region = object.__new__(type(template))
-        for slot in self.slots:
-            setattr(region, slot, getattr(template, slot))
-        if region.torch_in is not None:
-            region.torch_in = dict(region.torch_in)  # this call's tensors, not the template's
-        torch_in = region.torch_in
         for name, array, sig in zip(names, operands, sigs):
             got = _signature(array)
             if got != sig:
                 raise RegionError(name, _differs(got, sig))
-            if torch_in is not None:  # a torch caller: its tensors are the operands (views only for CuPy kernels)
-                torch_in[name] = array
-                setattr(region, name, array)
-            elif got[0].__module__.startswith("torch"):  # a tensor among CuPy arrays: its native view
-                setattr(region, name, region._adopt(name, array, region.target)[1])
-            else:
-                setattr(region, name, array)
-        region.torch_out = None
-        route = _table.get(region.key.id)
-        if route is None:
-            route = _miss(region, self.policy)
-        else:
-            route.hits += 1
-        result = (route.run if region.torch_in is None else route.run_torch)(region, route.params)
-        if type(result) is Fallback:
-            route.fallbacks += 1
-            result = result.result
-        return result if region.back is None else region.for_caller(result)
+        if self.build is not None:
+            values = self.values.copy()
+            for slot, array in zip(self.slots, operands):
+                values[slot] = array
+            region = self.build(values)
+        else:  # a signature the memo does not rebuild (a torch tensor among CuPy arrays): the full path
+            npos = self.npos
+            region = self.cls(*operands[:npos], **{**self.attrs, **dict(zip(self.names[npos:], operands[npos:]))})
+        return run_arbitrated(self.op, region, policy=self.policy)
 
 
 def _signature(array) -> tuple:
@@ -262,12 +254,11 @@ def bind(op: str, *operands, policy: str | None = None, **attrs) -> Bound:
                                 "Pointwise region instead of bind")
     if "out" in attrs:
         raise RegionError("out", "a bound handle allocates each output; call run_arbitrated for out=")
-    region = kind.region_type(*operands, **attrs)
     params = [p.name for p in inspect.signature(kind.region_type.__init__).parameters.values()][1:]
     keywords = tuple(n for n in params[len(operands):]
                      if n in attrs and attrs[n] is not None and hasattr(attrs[n], "shape"))
-    return Bound(op, region, tuple(params[:len(operands)]) + keywords,
-                 tuple(operands) + tuple(attrs[n] for n in keywords), policy)
+    return Bound(op, kind.region_type, tuple(params[:len(operands)]) + keywords,
+                 tuple(operands) + tuple(attrs[n] for n in keywords), len(operands), attrs, policy)
 
 
 # --- misses -----------------------------------------------------------------

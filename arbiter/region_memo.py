@@ -117,37 +117,15 @@ class Memoized(type):
     recipes: Memo = Memo()  # signature -> build function, or None for a signature that takes the full path
 
     def __call__(cls, *args, **kwargs):
-        if kwargs:
-            if kwargs.get("out") is not None:  # per-call checks (writability): never memoized
-                return type.__call__(cls, *args, **kwargs)
-            values = args + tuple(kwargs.values())
-            sig = [cls, tuple(kwargs)]
-        else:
-            values, sig = args, [cls]
-        add = sig.append
-        arrays = []
-        for i, v in enumerate(values):
-            kind = type(v)
-            family = _families.get(kind)
-            if family is None:
-                family = _family_of(v)
-            add(kind)
-            if family == SCALAR:
-                add(v)
-                continue
-            if family == TORCH:
-                add(v.shape), add(v.dtype), add(v.stride()), add(v.device)
-            elif family == CUPY:
-                add(v.shape), add(v.dtype), add(v.strides), add(v.data.device_id)
-            elif family == NUMPY:
-                add(v.shape), add(v.dtype), add(v.strides)
-            else:  # a sequence, a foreign object: the full path validates (and refuses) it
-                return type.__call__(cls, *args, **kwargs)
-            arrays.append(i)
-        signature = tuple(sig)
+        if kwargs and kwargs.get("out") is not None:  # per-call checks (writability): never memoized
+            return type.__call__(cls, *args, **kwargs)
+        found = signature(cls, args, kwargs)
+        if found is None:  # a sequence, a foreign object: the full path validates (and refuses) it
+            return type.__call__(cls, *args, **kwargs)
+        sig, values, arrays = found
         recipes = Memoized.recipes
         try:
-            build = recipes.get(signature, _MISSING)
+            build = recipes.get(sig, _MISSING)
         except TypeError:  # an unhashable part (a scalar subclass with odd hashing): the full path
             return type.__call__(cls, *args, **kwargs)
         if build is not _MISSING and build is not None:
@@ -156,5 +134,51 @@ class Memoized(type):
         if build is _MISSING:
             if len(recipes) >= _MAX:
                 recipes.clear()
-            recipes[signature] = recipe_of(region, values, frozenset(arrays))
+            recipes[sig] = recipe_of(region, values, frozenset(arrays))
         return region
+
+
+def signature(cls, args: tuple, kwargs: dict):
+    """(signature, argument values, indices of the array arguments) of ``cls(*args, **kwargs)``, or None when
+    an argument is neither a plain scalar nor an array the memo knows (see ``Memoized``)."""
+    if kwargs:
+        values = args + tuple(kwargs.values())
+        sig = [cls, tuple(kwargs)]
+    else:
+        values, sig = args, [cls]
+    add = sig.append
+    arrays = []
+    for i, v in enumerate(values):
+        kind = type(v)
+        family = _families.get(kind)
+        if family is None:
+            family = _family_of(v)
+        add(kind)
+        if family == SCALAR:
+            add(v)
+            continue
+        if family == TORCH:
+            add(v.shape), add(v.dtype), add(v.stride()), add(v.device)
+        elif family == CUPY:
+            add(v.shape), add(v.dtype), add(v.strides), add(v.data.device_id)
+        elif family == NUMPY:
+            add(v.shape), add(v.dtype), add(v.strides)
+        else:
+            return None
+        arrays.append(i)
+    return tuple(sig), values, arrays
+
+
+def builder_for(cls, args: tuple, kwargs: dict):
+    """The build function recorded for ``cls(*args, **kwargs)``'s signature (call ``cls`` with them first), or
+    None where that signature takes the full path. ``build(values)`` reads only the array positions of
+    ``values`` (positional arguments, then keyword values in ``kwargs``' order): a bound handle puts its new
+    operands there (``arbiter.bind``)."""
+    found = signature(cls, args, kwargs)
+    if found is None:
+        return None
+    try:
+        build = Memoized.recipes.get(found[0])
+    except TypeError:
+        return None
+    return build or None
