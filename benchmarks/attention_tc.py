@@ -29,6 +29,8 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
+from _gpu import cannot_run
+
 SHAPES = ((1, 16, 1024, 64), (1, 16, 2048, 128), (4, 16, 4096, 64))
 DTYPES = ("float16", "bfloat16")
 CANDIDATE = "flash_mma"
@@ -126,19 +128,10 @@ def main() -> int:
     ap.add_argument("--sweep", action="store_true",
                     help="also time every flash_mma solution (kernel only; adds compiles: about 2x the run time)")
     args = ap.parse_args()
+    if cannot_run("attention_tc", "SDPA is the peer"):
+        return 0
     from arbiter import targets
 
-    ok = targets.get("nvidia").available()
-    try:
-        import torch
-
-        torch_ok = torch.cuda.is_available()
-    except ImportError:
-        torch_ok = False
-    if ok is not True or not torch_ok:
-        print(f"attention_tc: skipped, needs the nvidia target and PyTorch with CUDA "
-              f"({ok if ok is not True else 'torch sees no CUDA device'})")
-        return 0
     os.makedirs(args.out, exist_ok=True)
     env = targets.get("nvidia").environment()
     stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())

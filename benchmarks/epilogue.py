@@ -32,6 +32,8 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
+from _gpu import cannot_run
+
 CONFIGS = [((4096, 4096, 4096), "float16"), ((4096, 4096, 4096), "bfloat16"), ((2048, 8192, 2048), "float16"),
            ((512, 512, 2048), "float16")]
 EPILOGUES = {"bias+gelu": ("gelu", True, False), "bias+gelu_tanh": ("gelu_tanh", True, False),
@@ -190,20 +192,10 @@ def main() -> int:
     ap.add_argument("--budget-seconds", type=float, default=80.0)
     ap.add_argument("--tune-budget", type=float, default=1.5, help="timing budget per key for tune (s)")
     args = ap.parse_args()
+    if cannot_run("epilogue", "the peer is torch eager"):
+        return 0
     from arbiter import targets
 
-    ok = targets.get("nvidia").available()
-    if ok is not True:
-        print(f"epilogue: skipped, the nvidia target is unavailable ({ok})")
-        return 0
-    try:
-        import torch
-    except ImportError:
-        print("epilogue: skipped, torch is not installed (the peer is torch eager)")
-        return 0
-    if not torch.cuda.is_available():
-        print("epilogue: skipped, torch sees no CUDA device")
-        return 0
     os.makedirs(args.out, exist_ok=True)
     start = time.perf_counter()
     env = targets.get("nvidia").environment()

@@ -32,6 +32,8 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
+from _gpu import cannot_run
+
 # (batch, n, kind, inverse, input dtype); c2r's input is the half spectrum of n // 2 + 1 bins
 CASES = [(1024, 1024, "c2c", False, "complex64"), (1024, 1024, "r2c", True, "complex64"),
          (1024, 1024, "r2c", False, "float32"), (256, 4096, "r2c", False, "float32"),
@@ -125,22 +127,12 @@ def main() -> int:
     ap.add_argument("--tune-budget", type=float, default=1.5, help="timing budget per key for tune (s)")
     ap.add_argument("--budget-seconds", type=float, default=80.0)
     args = ap.parse_args()
+    if cannot_run("fft_peers", "torch.fft is a peer"):
+        return 0
     from arbiter import targets
 
-    ok = targets.get("nvidia").available()
-    if ok is not True:
-        print(f"fft_peers: skipped, the nvidia target is unavailable ({ok})")
-        return 0
     if targets.get("nvidia").arrays != "cupy":  # type: ignore[attr-defined]
         print("fft_peers: skipped, CuPy is not this machine's array library (cupy.fft is a peer)")
-        return 0
-    try:
-        import torch
-    except ImportError:
-        print("fft_peers: skipped, torch is not installed (torch.fft is a peer)")
-        return 0
-    if not torch.cuda.is_available():
-        print("fft_peers: skipped, torch sees no CUDA device")
         return 0
     os.makedirs(args.out, exist_ok=True)
     start = time.perf_counter()

@@ -37,6 +37,8 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
+from _gpu import cannot_run
+
 SEQS = (128, 512, 2048)
 DIMS = (512, 1024, 4096)
 DTYPES = ("float16", "bfloat16", "float32")
@@ -277,20 +279,12 @@ def main() -> int:
         print(table(results) + "\n\n" + graph_table(results) + "\n\n" + summary(results)
               + ("\n\nnot run: " + ", ".join(missing) if missing else ""))
         return 0
-    from arbiter import targets
-
-    ok = targets.get("nvidia").available()
-    try:
-        import torch
-
-        torch_ok = torch.cuda.is_available()
-    except ImportError:
-        torch_ok = False
-    if ok is not True or not torch_ok:
-        print(f"model_block: skipped, needs the nvidia target and PyTorch with CUDA "
-              f"({ok if ok is not True else 'torch sees no CUDA device'})")
+    if cannot_run("model_block", "torch eager is the peer"):
         return 0
+    import torch
     import torch._dynamo
+
+    from arbiter import targets
 
     for limit in ("cache_size_limit", "recompile_limit"):
         if hasattr(torch._dynamo.config, limit):
