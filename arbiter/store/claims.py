@@ -25,7 +25,7 @@ import socket
 import threading
 import time
 
-from sqlalchemy import and_, delete, func, insert, or_, select, update
+from sqlalchemy import and_, func, insert, or_, select, update
 
 from arbiter.errors import RegistryError
 from arbiter.keys import ProblemKey
@@ -263,7 +263,3 @@ def counts(store, env: str | None = None) -> dict[str, int]:
                                               .group_by(ClaimRow.state)).all(), write=False)
     return dict(rows)
 
-
-def forget(conn, fingerprints) -> int:
-    """Delete the claims of these environments (``prune``)."""
-    return conn.execute(delete(ClaimRow).where(ClaimRow.env.in_(list(fingerprints)))).rowcount

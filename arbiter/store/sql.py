@@ -52,6 +52,7 @@ from arbiter.store.diagnostics import (
 from arbiter.store.models import (
     SCHEMA_VERSION,
     CandidateRow,
+    ClaimRow,
     CounterRow,
     Environment,
     MeasurementRow,
@@ -483,7 +484,7 @@ class SqlStore(Database, Store):
         return [(vkey, names.get(vkey.identity, vkey.identity), verdict) for vkey, verdict in found.items()]
 
     def prune(self, fingerprints: list[str]) -> dict[str, int]:
-        """Delete every solution, verdict, measurement, counter and recorded key of these environments.
+        """Delete every solution, verdict, measurement, counter, recorded key and fleet claim of these environments.
 
         Environment rows stay (tiny, and they name what changed). Returns rows removed per table.
         """
@@ -494,7 +495,7 @@ class SqlStore(Database, Store):
             removed = {}
             for name, model in (("solutions", SolutionRow), ("verdicts", VerdictRow),
                                 ("measurements", MeasurementRow), ("counters", CounterRow),
-                                ("recorded", RecordedKey)):
+                                ("recorded", RecordedKey), ("claims", ClaimRow)):
                 removed[name] = conn.execute(delete(model).where(model.env.in_(fingerprints))).rowcount
             return removed
 

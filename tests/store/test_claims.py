@@ -94,3 +94,16 @@ def test_a_done_key_whose_measurements_are_gone_is_offered_again_and_force_reope
     assert c.claim(ENV) == key(1) and c.claim(ENV) is None
     c.offer([key(2)], ENV, reopen=True)  # tune --force
     assert c.claim(ENV) == key(2)
+
+
+def test_prune_deletes_the_claims_of_the_pruned_environments(backend):
+    """A pruned environment's pending claims are not handed to tuners afterwards."""
+    st = SqlStore(backend.new())
+    claims = Claims(st, holder="host-a")
+    claims.offer([key(1), key(2)], ENV)
+    claims.offer([key(3)], "other-env")
+    assert claims.claim(ENV) is not None
+    removed = st.prune([ENV])
+    assert removed["claims"] == 2
+    assert counts(st, ENV) == {} and counts(st, "other-env") == {"open": 1}
+    assert claims.claim(ENV) is None
