@@ -63,6 +63,11 @@ class RegistryError(ArbiterError, RuntimeError):
     """The persistent registry cannot be used; the message names the file and the fix."""
 
 
+class WorkersDied(ArbiterError, RuntimeError):
+    """``tune --workers``: the worker processes keep dying (or one reported it cannot start); the message
+    says how many were started and how to see why."""
+
+
 class TargetUnavailable(ArbiterError, RuntimeError):
     """A target cannot run anything here; ``reason`` names the first gate that failed (no CuPy, no device,
     the NVRTC probe, no libamdhip64, ...), on one line."""

@@ -24,6 +24,8 @@ import time
 import traceback
 from dataclasses import dataclass, field
 
+from arbiter.errors import WorkersDied
+
 VISIBLE = {"nvidia": "CUDA_VISIBLE_DEVICES", "rocm": "HIP_VISIBLE_DEVICES"}
 
 
@@ -103,8 +105,8 @@ def tune_parallel(problems, target: str, *, workers: int = 2, devices: list[int]
     def launch(device):
         nonlocal next_wid
         if next_wid >= max_launches:
-            raise RuntimeError(f"workers keep dying ({next_wid} started); run `arbiter tune` without --workers "
-                               "to see why")
+            raise WorkersDied(f"workers keep dying ({next_wid} started); run `arbiter tune` without --workers "
+                              "to see why")
         wid, next_wid = next_wid, next_wid + 1
         p = ctx.Process(target=_worker, args=(wid, device, target, tasks, results, mode, isolate, budget_s,
                                               timing_lock), daemon=True)
@@ -131,7 +133,7 @@ def tune_parallel(problems, target: str, *, workers: int = 2, devices: list[int]
             (outcome.tuned if kind == "done" else outcome.failed)[labels[index]] = info
             on_event and on_event(kind, labels[index], info)
         elif kind == "dead":
-            raise RuntimeError(f"worker {wid} {info}")
+            raise WorkersDied(f"worker {wid} {info}")
         # A worker that died takes only its in-flight key with it: retry that key once, on a new worker.
         for w, (p, device) in list(procs.items()):
             if p.is_alive() or p.exitcode is None:

@@ -28,3 +28,30 @@ def test_a_worker_that_dies_loses_only_its_key_which_is_retried(tmp_path, monkey
     assert outcome.retried == ["rmsnorm 8x100 float32"]
     assert set(outcome.tuned) == {p.label for p in PROBLEMS} and not outcome.lost
     assert (tmp_path / "died").exists()
+
+
+
+def test_a_worker_that_cannot_start_raises_workers_died():
+    import pytest
+
+    from arbiter.errors import WorkersDied
+
+    with pytest.raises(WorkersDied, match="could not start"):
+        tune_parallel(PROBLEMS[:1], "no_such_target", workers=1, budget_s=0.1)
+
+
+def test_tune_workers_that_die_end_with_one_line_and_exit_1(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    import arbiter.parallel
+    from arbiter.cli import app
+    from arbiter.errors import WorkersDied
+
+    def dying(*args, **kwargs):
+        raise WorkersDied("workers keep dying (6 started); run `arbiter tune` without --workers to see why")
+
+    monkeypatch.setattr(arbiter.parallel, "tune_parallel", dying)
+    done = CliRunner().invoke(app, ["--db", str(tmp_path / "registry.db"), "tune", "--op", "rmsnorm",
+                                    "--shape", "8x100", "--workers", "2"])
+    assert done.exit_code == 1, done.output
+    assert "error: workers keep dying" in " ".join(done.output.split()) and "Traceback" not in done.output

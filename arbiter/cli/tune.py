@@ -14,10 +14,10 @@ from rich.text import Text
 from arbiter import cpu_threads, dispatch, select
 from arbiter import env as envmod
 from arbiter.candidates import REGISTRY
-from arbiter.cli.common import app, friendly, lit, require_target
+from arbiter.cli.common import app, error, friendly, lit, require_target
 from arbiter.cli.common import console as make_console
 from arbiter.cli.output import Steps, show
-from arbiter.errors import NoCandidateError
+from arbiter.errors import NoCandidateError, WorkersDied
 from arbiter.keys import ProblemKey
 from arbiter.ops import op_kind
 from arbiter.select import Status
@@ -393,8 +393,12 @@ def _tune_parallel(console, problems, target, workers, devices, mode, isolate, b
         elif kind == "done":
             steps.say(f"key {label}: {info['winner']} ({info['policy']})")
 
-    outcome = tune_parallel(problems, target, workers=workers, devices=device_ids, mode=mode, isolate=isolate,
-                            on_event=event)
+    try:
+        outcome = tune_parallel(problems, target, workers=workers, devices=device_ids, mode=mode, isolate=isolate,
+                                on_event=event)
+    except WorkersDied as exc:  # what was tuned before is committed; say why the rest was not, in one line
+        error(exc)
+        raise typer.Exit(1) from None
     table = Table(title=f"tuned {len(outcome.tuned)} of {len(problems)} key(s) with "
                         f"{len(device_ids) if device_ids else workers} worker(s) in {outcome.seconds:.1f} s",
                   title_justify="left")
