@@ -132,13 +132,16 @@ def collect(layers: list[tuple[str, SqlStore]], *, target: str | None = None, op
     rejected: dict[tuple[str, str], list[Rejected]] = {}
     looser: dict[tuple[str, str], dict[str, Any]] = {}  # label -> its declared Budget
     for _name, sql in layers:
-        for vkey, candidate_name, verdict in sql.verdicts():
-            solution = Solution.from_text(candidate_name, vkey.params_id, vkey.identity)
-            if not verdict.passed:
-                rejected.setdefault((vkey.key, vkey.env), []).append(
-                    Rejected(solution, verdict.reason, verdict.rel_error))
-            elif verdict.looser_budget:
-                looser.setdefault((vkey.key, vkey.env), {})[solution.label] = verdict.budget
+        for imported in (False, True):
+            for vkey, candidate_name, verdict in sql.verdicts(imported=imported):
+                solution = Solution.from_text(candidate_name, vkey.params_id, vkey.identity)
+                if not verdict.passed:
+                    # A verdict from a file was not computed by this installation's gate: said so, not hidden
+                    reason = f"imported, not verified here: {verdict.reason}" if imported else verdict.reason
+                    rejected.setdefault((vkey.key, vkey.env), []).append(
+                        Rejected(solution, reason, verdict.rel_error))
+                elif verdict.looser_budget and not imported:
+                    looser.setdefault((vkey.key, vkey.env), {})[solution.label] = verdict.budget
     counts: dict[tuple[str, str], list[CountDelta]] = {}
     if layers:
         for c in layers[0][1].counts():  # counters are the user's own dispatches

@@ -476,11 +476,17 @@ class SqlStore(Database, Store):
                          write=False)
         return dict(rows)
 
-    def verdicts(self, env: str | None = None) -> list[tuple[VerdictKey, str, Any]]:  # Any: verify.Verdict
-        """Every stored verdict (only ``env``'s when given) as (VerdictKey, candidate name, Verdict); read-only."""
+    def verdicts(self, env: str | None = None, *, imported: bool | None = None
+                 ) -> list[tuple[VerdictKey, str, Any]]:  # Any: verify.Verdict
+        """Every stored verdict (only ``env``'s when given) as (VerdictKey, candidate name, Verdict); read-only.
+        ``imported``: True for only those that came from a file (``arbiter import``; never served, the gate runs
+        again), False for only this installation's own, None for both."""
         names = dict(self.transact(lambda conn: conn.execute(select(CandidateRow.identity, CandidateRow.name)).all(),
                                write=False))
-        found = self._verdict_rows(*(() if env is None else (VerdictRow.env == env,)))
+        where: tuple = () if env is None else (VerdictRow.env == env,)
+        if imported is not None:
+            where += ((VerdictRow.origin != "") if imported else (VerdictRow.origin == ""),)
+        found = self._verdict_rows(*where)
         return [(vkey, names.get(vkey.identity, vkey.identity), verdict) for vkey, verdict in found.items()]
 
     def prune(self, fingerprints: list[str]) -> dict[str, int]:

@@ -269,3 +269,21 @@ def test_a_key_with_another_ops_bucket_already_stored_does_not_kill_report(tmp_p
     result, text = _cli("--db", db, "report", "--out", tmp_path / "rep")
     assert result.exit_code == 0, text  # before: "error: 'rows'"
     assert bad in (tmp_path / "rep" / "index.html").read_text()
+
+
+def test_the_report_marks_imported_verdicts_as_not_verified_here(backend, tmp_path, only_candidates):
+    from arbiter.report import collect
+
+    only_candidates("cpu", "softmax", SloppySoftmax(), NumpySoftmax())
+    x = np.random.default_rng(1).standard_normal((8, 64)).astype(np.float32)
+    src, dst, f = backend.new(), backend.new(), tmp_path / "x.json"
+    dispatch.configure(store=SqlStore(src))
+    arbiter.arbitrate("softmax", Softmax(x))  # the sloppy candidate fails its gate: a failed verdict
+    f.write_text(export_registry(SqlStore(src)).model_dump_json())
+    result, text = _cli("--db", dst, "import", f)
+    assert result.exit_code == 0, text
+    imported = SqlStore(dst)
+    assert imported.verdicts(imported=False) == [] and imported.verdicts(imported=True)
+    report = collect([("user", imported)])
+    reasons = [r.reason for s in report.sections for k in s.keys for r in k.rejected]
+    assert reasons and all(r.startswith("imported, not verified here: ") for r in reasons)
