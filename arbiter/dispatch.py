@@ -40,7 +40,7 @@ from arbiter.candidates import REGISTRY, Fallback, run_for_torch
 from arbiter.errors import CaptureMissError, RegionError, StrictMissError
 from arbiter.ladder import nearest_winners
 from arbiter.ops import op_kind
-from arbiter.region_memo import builder_for
+from arbiter.region_memo import builder_for, operand_signature
 from arbiter.solution import ChosenBy, Solution, TextEnum
 from arbiter.store import CountDelta, MemoryStore, SolutionRecord, default_store, flusher
 from arbiter.tune import tune_region
@@ -216,17 +216,13 @@ class Bound:
 
 
 def _signature(array) -> tuple:
-    """(array type, shape, dtype, strides, device) of an operand: what a bound handle must see again.
-
-    Cheap on purpose (a bound call checks every operand): CuPy's device is its pointer's device id,
-    torch's strides are in elements."""
-    kind = type(array)
-    if kind.__module__.startswith("torch"):
-        return (kind, array.shape, array.dtype, array.stride(), array.device)
-    if kind.__module__.startswith("cupy"):
-        return (kind, array.shape, array.dtype, array.strides, array.data.device_id)
-    return (kind, getattr(array, "shape", None), getattr(array, "dtype", None), getattr(array, "strides", None),
-            None)
+    """(array type, shape, dtype, strides, device) of an operand: what a bound handle must see again
+    (``region_memo.operand_signature``; for another type, whichever of the four it has)."""
+    found = operand_signature(array)
+    if found is not None:
+        return found
+    return (type(array), getattr(array, "shape", None), getattr(array, "dtype", None),
+            getattr(array, "strides", None), None)
 
 
 def _differs(got, want) -> str:

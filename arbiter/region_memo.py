@@ -28,14 +28,30 @@ SCALAR, TORCH, CUPY, NUMPY, OTHER = range(5)  # argument families: how a signatu
 _families: Memo = Memo({t: SCALAR for t in (type(None), bool, int, float, str, np.float16, np.float32, np.float64,
                                              np.int32, np.int64, np.bool_)})
 _MISSING = object()
+# family -> an array's (shape, dtype, strides, device): what a signature holds for it. torch's strides are in
+# elements; CuPy's device is its pointer's; NumPy's is None.
+_FIELDS = {
+    TORCH: lambda v: (v.shape, v.dtype, v.stride(), v.device),
+    CUPY: lambda v: (v.shape, v.dtype, v.strides, v.data.device_id),
+    NUMPY: lambda v: (v.shape, v.dtype, v.strides, None),
+}
 
 
 def _family_of(value) -> int:
     kind = type(value)
-    module = kind.__module__
-    family = _families[kind] = (TORCH if module.startswith("torch") else CUPY if module.startswith("cupy")
-                                else NUMPY if isinstance(value, np.ndarray) else OTHER)
+    family = _families.get(kind)
+    if family is None:
+        module = kind.__module__
+        family = _families[kind] = (TORCH if module.startswith("torch") else CUPY if module.startswith("cupy")
+                                    else NUMPY if isinstance(value, np.ndarray) else OTHER)
     return family
+
+
+def operand_signature(array) -> tuple | None:
+    """(array type, shape, dtype, strides, device) of a torch, CuPy or NumPy array; None for anything else.
+    Cheap on purpose: a memo hit and a bound call compute it for every operand."""
+    fields = _FIELDS.get(_family_of(array))
+    return None if fields is None else (type(array), *fields(array))
 
 
 def recipe_of(region, values: tuple, arrays: frozenset):
@@ -157,14 +173,10 @@ def signature(cls, args: tuple, kwargs: dict):
         if family == SCALAR:
             add(v)
             continue
-        if family == TORCH:
-            add(v.shape), add(v.dtype), add(v.stride()), add(v.device)
-        elif family == CUPY:
-            add(v.shape), add(v.dtype), add(v.strides), add(v.data.device_id)
-        elif family == NUMPY:
-            add(v.shape), add(v.dtype), add(v.strides)
-        else:
+        fields = _FIELDS.get(family)
+        if fields is None:
             return None
+        sig += fields(v)
         arrays.append(i)
     return tuple(sig), values, arrays
 
