@@ -64,6 +64,7 @@ from arbiter.memo import Memo
 from arbiter.ops import op_kind
 from arbiter.oracles import array_module
 from arbiter.oracles.budgets import Budget, budget_for
+from arbiter.region_memo import slots_of
 from arbiter.solution import Solution
 from arbiter.store import Verdict, VerdictKey
 
@@ -236,11 +237,9 @@ def _on_target(host_region, target: str):
         return value
 
     clone = object.__new__(type(host_region))
-    for cls in type(host_region).__mro__:
-        for slot in getattr(cls, "__slots__", ()):
-            if hasattr(host_region, slot):
-                value = getattr(host_region, slot)
-                object.__setattr__(clone, slot, None if slot in ("out", "back") else move(value))
+    for slot in slots_of(type(host_region)):
+        if hasattr(host_region, slot):
+            object.__setattr__(clone, slot, None if slot in ("out", "back") else move(getattr(host_region, slot)))
     k = host_region.key
     clone.target = target
     clone.key = ProblemKey.make(target, k.op, k.dtype, k.layout, k.attrs, k.bucket)
@@ -260,10 +259,9 @@ def _copy(value):
 def pristine_copy(region):
     """A copy of ``region`` whose operands are copies (the oracle's inputs, and the unchanged-inputs reference)."""
     clone = object.__new__(type(region))
-    for cls in type(region).__mro__:
-        for slot in getattr(cls, "__slots__", ()):
-            if hasattr(region, slot):
-                object.__setattr__(clone, slot, None if slot == "out" else _copy(getattr(region, slot)))
+    for slot in slots_of(type(region)):
+        if hasattr(region, slot):
+            object.__setattr__(clone, slot, None if slot == "out" else _copy(getattr(region, slot)))
     return clone
 
 
