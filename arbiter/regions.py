@@ -324,26 +324,29 @@ def random_operand(target: str, shape, dtype: str, layout: str, rng, scale: floa
     Layout class "S" (strided) has two forms: ``S``, every other element along the last axis (no unit
     stride anywhere), and ``P``, rows padded to a 16-byte multiple (unit inner stride, 16-byte aligned row
     starts: a permuted [B, S, H, D] view seen as [B, H, S, D] looks like this). A kernel may choose its path
-    by strides, so the gate probes both (``verify.probe_plan`` alternates them); ``P`` falls back to ``S``
+    by strides, so the gate probes both (``verify.verify`` alternates them by probe); ``P`` falls back to ``S``
     where padding would leave the array contiguous (one row)."""
     t = targets.get(target)
     if layout == "P" and len(shape) >= 2 and math.prod(shape[:-1]) > 1 and shape[-1] >= 1:
         per16 = max(1, 16 // _ITEMSIZE[dtype])
         wide = tuple(shape[:-1]) + ((shape[-1] + per16) // per16 * per16,)  # at least one element of padding
-        base = _device_draw(target, wide, dtype, scale, rng)
-        base = t.from_host(_normal(rng, wide, dtype, scale), dtype) if base is None else base
-        return base[..., : shape[-1]]
+        return _buffer(target, wide, dtype, scale, rng)[..., : shape[-1]]
     if layout in ("S", "P") and len(shape) >= 1:
         # A strided view: every other element of a wider buffer along the last axis.
         wide = tuple(shape[:-1]) + (max(1, shape[-1] * 2),)
-        base = _device_draw(target, wide, dtype, scale, rng)
-        base = t.from_host(_normal(rng, wide, dtype, scale), dtype) if base is None else base
-        return base[..., ::2][..., : shape[-1]]
+        return _buffer(target, wide, dtype, scale, rng)[..., ::2][..., : shape[-1]]
     order = "F" if layout == "C" else "C"
     drawn = _device_draw(target, shape, dtype, scale, rng)
     if drawn is not None:
         return drawn if order == "C" else _cupy().asfortranarray(drawn)
     return t.from_host(_normal(rng, shape, dtype, scale), dtype, order=order)
+
+
+def _buffer(target: str, shape, dtype: str, scale: float, rng):
+    """A C-contiguous random buffer on ``target`` that strided views are cut from: drawn on the device where
+    ``_device_draw`` can, else on the host and moved there."""
+    base = _device_draw(target, shape, dtype, scale, rng)
+    return targets.get(target).from_host(_normal(rng, shape, dtype, scale), dtype) if base is None else base
 
 
 _ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "complex64": 8, "complex128": 16}
