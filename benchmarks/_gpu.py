@@ -21,3 +21,47 @@ def cannot_run(script: str, why_torch: str = "") -> bool:
         print(f"{script}: skipped, torch sees no CUDA device")
         return True
     return False
+
+
+def host_us(call, n: int, *, warmup: int = 20, rounds: int = 3, sync=None) -> float:
+    """Host microseconds per call of ``call``: ``n`` calls back to back and one device synchronize, best of
+    ``rounds`` after ``warmup`` calls (the regime of a host-bound loop, where the GPU keeps up). ``sync``: the
+    device synchronize to use (torch's by default; a CuPy-only measurement passes CuPy's)."""
+    import time
+
+    if sync is None:
+        import torch
+
+        sync = torch.cuda.synchronize
+    for _ in range(warmup):
+        call()
+    sync()
+    best = float("inf")
+    for _ in range(rounds):
+        t0 = time.perf_counter_ns()
+        for _ in range(n):
+            call()
+        sync()
+        best = min(best, (time.perf_counter_ns() - t0) / n / 1e3)
+    return best
+
+
+def timed(call, *, mode: str = "device", max_reps: int = 200, time_cap_s: float = 0.4) -> dict:
+    """``arbiter.timing.measure_calls`` of ``call`` on the nvidia target as a row entry: median µs, spread,
+    repetitions."""
+    from arbiter.timing import measure_calls
+
+    m = measure_calls([call], "nvidia", mode=mode, min_reps=10, max_reps=max_reps, time_cap_s=time_cap_s)
+    return {"us": m.median_s * 1e6, "spread": m.spread, "reps": m.reps}
+
+
+def write_report(out: str, stem: str, report: dict, text: str) -> None:
+    """``<out>/<stem>.json`` (the rows) and ``<out>/<stem>.md`` (the table), and the table printed last."""
+    import json
+    import os
+
+    with open(os.path.join(out, f"{stem}.json"), "w") as f:
+        json.dump(report, f, indent=1)
+    with open(os.path.join(out, f"{stem}.md"), "w") as f:
+        f.write(text + "\n")
+    print(text)

@@ -24,7 +24,6 @@ Usage: python benchmarks/epilogue.py [--out DIR] [--quick] [--budget-seconds S]
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys
@@ -32,7 +31,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from _gpu import cannot_run
+from _gpu import cannot_run, host_us, timed, write_report
 
 CONFIGS = [((4096, 4096, 4096), "float16"), ((4096, 4096, 4096), "bfloat16"), ((2048, 8192, 2048), "float16"),
            ((512, 512, 2048), "float16")]
@@ -40,29 +39,6 @@ EPILOGUES = {"bias+gelu": ("gelu", True, False), "bias+gelu_tanh": ("gelu_tanh",
              "residual": ("none", False, True)}
 VENDOR = ("torch_addmm_act", "torch_matmul", "cupy_matmul", "cublaslt_matmul")
 SMALL = 512 * 512 * 2048  # at or below this many multiply-adds the host cost per call is reported too
-
-
-def _timed(call, mode="device") -> dict:
-    from arbiter.timing import measure_calls
-
-    m = measure_calls([call], "nvidia", mode=mode, min_reps=10, max_reps=200, time_cap_s=0.4)
-    return {"us": m.median_s * 1e6, "spread": m.spread, "reps": m.reps}
-
-
-def _host_us(call, n: int = 400) -> float:
-    import torch
-
-    for _ in range(20):
-        call()
-    torch.cuda.synchronize()
-    best = math.inf
-    for _ in range(3):
-        t0 = time.perf_counter_ns()
-        for _ in range(n):
-            call()
-        torch.cuda.synchronize()
-        best = min(best, (time.perf_counter_ns() - t0) / n / 1e3)
-    return best
 
 
 def _nvmath_call(a, w, bias, act, res):
@@ -128,9 +104,9 @@ def run_case(shape, dtype: str, epilogue: str, tune_budget: float) -> dict:
         try:
             got = call().float()
             err = float(torch.linalg.norm(got - want) / torch.linalg.norm(want))
-            entry = _timed(call) | {"rel_err_vs_eager": err, "note": note}
+            entry = timed(call) | {"rel_err_vs_eager": err, "note": note}
             if small:
-                entry["host_us"] = _host_us(call)
+                entry["host_us"] = host_us(call, 400)
         except Exception as exc:  # a path that cannot run here is a row that says why, not a crash
             entry = {"error": f"{type(exc).__name__}: {exc}"[:200], "note": note}
         row["paths"][name] = entry
@@ -215,16 +191,11 @@ def main() -> int:
             print(f"  done {label} in {last:.0f} s", flush=True)
     report = {"date": stamp, "env": env, "rows": rows, "not_run": skipped,
               "wall_s": time.perf_counter() - start}
-    with open(os.path.join(args.out, "epilogue.json"), "w") as f:
-        json.dump(report, f, indent=1)
     lines = [f"matmul + epilogue, {stamp} on {env.get('device')} (device mode, median; ratio = torch eager / path)",
              "", *table(rows)]
     if skipped:
         lines += ["", f"not run (budget {args.budget_seconds:.0f} s): " + ", ".join(skipped)]
-    text = "\n".join(lines)
-    with open(os.path.join(args.out, "epilogue.md"), "w") as f:
-        f.write(text + "\n")
-    print(text)
+    write_report(args.out, "epilogue", report, "\n".join(lines))
     return 0
 
 

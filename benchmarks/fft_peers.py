@@ -24,7 +24,6 @@ A case starts only while one as long as the last still fits the wall-clock budge
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys
@@ -32,7 +31,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from _gpu import cannot_run
+from _gpu import cannot_run, timed, write_report
 
 # (batch, n, kind, inverse, input dtype); c2r's input is the half spectrum of n // 2 + 1 bins
 CASES = [(1024, 1024, "c2c", False, "complex64"), (1024, 1024, "r2c", True, "complex64"),
@@ -44,13 +43,6 @@ QUICK = CASES[:2]
 def _label(case) -> str:
     batch, n, kind, inverse, dtype = case
     return f"{'c2r' if kind == 'r2c' and inverse else kind} {batch}x{n} {dtype}"
-
-
-def _timed(call) -> dict:
-    from arbiter.timing import measure_calls
-
-    m = measure_calls([call], "nvidia", mode="device", min_reps=10, max_reps=300, time_cap_s=0.5)
-    return {"us": m.median_s * 1e6, "spread": m.spread, "reps": m.reps}
 
 
 def run_case(case, tune_budget: float) -> dict:
@@ -84,7 +76,7 @@ def run_case(case, tune_budget: float) -> dict:
             got = call()
             got = torch.from_dlpack(got) if convert else got
             err = float(torch.linalg.norm(got.to(want.dtype) - want) / torch.linalg.norm(want))
-            row["paths"][name] = _timed(call) | {"rel_err": err, "note": note}
+            row["paths"][name] = timed(call, max_reps=300, time_cap_s=0.5) | {"rel_err": err, "note": note}
         except Exception as exc:  # a path that cannot run here is a row that says why, not a crash
             row["paths"][name] = {"error": f"{type(exc).__name__}: {exc}"[:200], "note": note}
 
@@ -154,8 +146,6 @@ def main() -> int:
                "worst": min(ratios) if ratios else None, "goal": 0.97}
     report = {"date": stamp, "env": env, "rows": rows, "summary": summary, "not_run": skipped,
               "wall_s": time.perf_counter() - start}
-    with open(os.path.join(args.out, "fft_peers.json"), "w") as f:
-        json.dump(report, f, indent=1)
     lines = [f"FFT, {stamp} on {env.get('device')} (device mode, median; ratio = best bare peer / path)", "",
              *table(rows)]
     if ratios:
@@ -163,10 +153,7 @@ def main() -> int:
                       f"(goal >= 0.97x)"]
     if skipped:
         lines += ["", f"not run (budget {args.budget_seconds:.0f} s): " + ", ".join(skipped)]
-    text = "\n".join(lines)
-    with open(os.path.join(args.out, "fft_peers.md"), "w") as f:
-        f.write(text + "\n")
-    print(text)
+    write_report(args.out, "fft_peers", report, "\n".join(lines))
     return 0
 
 

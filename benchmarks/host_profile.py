@@ -19,26 +19,10 @@ import io
 import os
 import pstats
 import sys
-import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-sys.path.insert(0, os.path.dirname(__file__))
 
-
-def per_call_us(fn, n: int) -> float:
-    import torch
-
-    for _ in range(20):
-        fn()
-    torch.cuda.synchronize()
-    best = float("inf")
-    for _ in range(3):
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        torch.cuda.synchronize()
-        best = min(best, (time.perf_counter() - t0) / n * 1e6)
-    return best
+from _gpu import host_us
 
 
 def main() -> int:
@@ -92,17 +76,17 @@ def main() -> int:
     for name, build, bare in ops:
         region = build()
         op = region.op
-        b = per_call_us(build, n)
-        r = per_call_us(lambda: ra(op, region), n)  # noqa: B023
-        u_ = per_call_us(lambda: ra(op, build()), n)  # noqa: B023
-        t = per_call_us(bare, n)
+        b = host_us(build, n)
+        r = host_us(lambda: ra(op, region), n)  # noqa: B023
+        u_ = host_us(lambda: ra(op, build()), n)  # noqa: B023
+        t = host_us(bare, n)
         lines.append(f"| {name} | {b:.2f} | {r:.2f} | {u_:.2f} | {t:.2f} | {u_ / t:.2f} |")
     lines.append("")
     for label, gc_on in (("gc on", True), ("gc off", False)):
         if not gc_on:
             gc.disable()
-        a = per_call_us(lambda: arbiter_block(x, w), n // 4)
-        e = per_call_us(lambda: torch_block(x, w), n // 4)
+        a = host_us(lambda: arbiter_block(x, w), n // 4)
+        e = host_us(lambda: torch_block(x, w), n // 4)
         gc.enable()
         lines.append(f"block, {label}: arbiter/torch {a:.1f} µs, torch eager {e:.1f} µs, eager / arbiter {e / a:.3f}")
     prof = cProfile.Profile()

@@ -14,13 +14,14 @@ Usage: python benchmarks/user_path.py [--out DIR] [--quick]; without a GPU it sa
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+from _gpu import host_us, write_report
 
 MODES = ("device", "latency", "stream")
 
@@ -63,17 +64,7 @@ def host_cost(n: int = 3000) -> dict:
     result = {}
     for _ in range(2):  # two rounds; the second is reported (the first warms every path)
         for name, call in variants.items():
-            for _ in range(200):
-                call()
-            cp.cuda.Device().synchronize()
-            best = math.inf
-            for _ in range(5):
-                t0 = time.perf_counter_ns()
-                for _ in range(n):
-                    call()
-                cp.cuda.Device().synchronize()
-                best = min(best, (time.perf_counter_ns() - t0) / n / 1e3)
-            result[name] = best
+            result[name] = host_us(call, n, warmup=200, rounds=5, sync=cp.cuda.Device().synchronize)
     base = result["bare RawKernel (empty + launch)"]
     return {"us_per_call": result, "ratio_to_bare": {k: v / base for k, v in result.items()}}
 
@@ -115,18 +106,7 @@ def host_pieces(n: int = 5000) -> dict:
         "cupy.matmul launch (256x512x512)": lambda: cp.matmul(c, bc),
         "torch.mm launch (256x512x512)": lambda: torch.mm(t, b),
     }
-    out = {}
-    for name, fn in pieces.items():
-        best = math.inf
-        for _ in range(3):
-            torch.cuda.synchronize()
-            t0 = time.perf_counter_ns()
-            for _ in range(n):
-                fn()
-            torch.cuda.synchronize()
-            best = min(best, (time.perf_counter_ns() - t0) / n / 1e3)
-        out[name] = best
-    return out
+    return {name: host_us(fn, n, warmup=0) for name, fn in pieces.items()}
 
 
 def torch_vs_bare(quick: bool) -> list[dict]:
@@ -256,12 +236,7 @@ def main() -> int:
         rs = [r["regret"] for r in rg if r["regret"]]
         if rs:
             lines.append(f"  regret geomean {math.exp(sum(map(math.log, rs)) / len(rs)):.3f}x, worst {max(rs):.2f}x")
-    with open(os.path.join(args.out, "user_path.json"), "w") as f:
-        json.dump(report, f, indent=1)
-    text = "\n".join(lines)
-    with open(os.path.join(args.out, "user_path.md"), "w") as f:
-        f.write(text + "\n")
-    print(text)
+    write_report(args.out, "user_path", report, "\n".join(lines))
     return 0
 
 
