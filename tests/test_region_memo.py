@@ -172,3 +172,26 @@ def test_gpu_rebuilt_regions_carry_this_calls_arrays(caller):
         ref = xs / np.sqrt((xs ** 2).mean(-1, keepdims=True) + 1e-6) * ws
         np.testing.assert_allclose(host(y), ref, rtol=1e-4, atol=1e-4)
     assert sum(r is not None for r in Memoized.recipes.values()) >= 1
+
+
+def test_a_region_keeping_an_array_derived_from_its_operand_is_never_rebuilt_stale():
+    """A region type (a plug-in's, say) that stores a view derived from its operand: a recipe would hand the
+    next call the first call's view, so such a signature takes the full path every time."""
+    from arbiter.regions import Region, dtype_name
+
+    class Transposed(Region):
+        op = "transposed_probe"
+        __slots__ = ("x", "xt")
+
+        def __init__(self, x):
+            self.target, self.x, self.back = self._adopt("x", x)
+            self.dtype = dtype_name(self.x.dtype)
+            self.xt = self.x.T  # derived: not an argument
+            self._finish("R", {"rows": x.shape[0], "cols": x.shape[1]}, ())
+
+    first, second = rand(3, 4, seed=1), rand(3, 4, seed=2)
+    Memoized.recipes.clear()
+    Transposed(first)
+    again = Transposed(second)
+    assert list(Memoized.recipes.values()) == [None]
+    assert again.xt.base is second and np.array_equal(again.xt, second.T)
