@@ -128,7 +128,8 @@ def tune(
     budget_seconds: float | None = typer.Option(None, help="Stop starting new keys after this many seconds."),
     force: bool = typer.Option(False, help="Re-tune keys that already have a measured solution here."),
     dry_run: bool = typer.Option(False, "--dry-run", help="List the keys that would be tuned; tune nothing."),
-    workers: int = typer.Option(1, min=1, help="Worker processes sharing the keys (CPU)."),
+    workers: int = typer.Option(1, min=1, help="Worker processes sharing the keys (CPU). A key whose worker "
+                                "dies is retried once; workers that keep dying end the command with exit 1."),
     devices: str | None = typer.Option(None, help="GPU ids, e.g. 0,1: one worker per device."),
     isolate: bool = typer.Option(False, help="Verify and time each solution in a child process, so a crash, hang "
                                              "or memory exhaustion fails only that solution."),
