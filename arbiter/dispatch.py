@@ -34,6 +34,7 @@ import os
 import sys
 import threading
 
+from arbiter import audit as _audit
 from arbiter import env as envmod
 from arbiter import regions, select, targets
 from arbiter.candidates import REGISTRY, Fallback, run_for_torch
@@ -124,8 +125,12 @@ def _use_store(st) -> None:
         flusher.start(flush)
 
 
-def configure(*, store=None, policy: str | None = None, looser_accuracy: bool | None = None) -> None:
+def configure(*, store=None, policy: str | None = None, looser_accuracy: bool | None = None,
+              audit: float | None = None) -> None:
     """Set the process's store and/or default miss policy; clears the dispatch table.
+
+    ``audit=rate`` (0 to 1): re-check that fraction of real calls against the oracle in the background and
+    demote a solution that fails (``arbiter.audit``; else ``ARBITER_AUDIT``); 0 spends nothing.
 
     ``looser_accuracy=True``: consent, for every region built from now on, to candidates that declare
     accuracy looser than the op's budget; the consent is part of those regions' problem keys
@@ -137,6 +142,9 @@ def configure(*, store=None, policy: str | None = None, looser_accuracy: bool | 
         if not isinstance(looser_accuracy, bool):
             raise ValueError(f"looser_accuracy: must be True or False, got {looser_accuracy!r}")
         regions.consent_to_looser(looser_accuracy)
+    if audit is not None:
+        _audit.configure(audit)
+        _table.clear()  # every route is armed again, at the new rate, on its next miss
     with _state.lock:
         if store is not None:
             flush()
@@ -266,6 +274,7 @@ def _install(decision_key, candidate, params, chosen_by: ChosenBy, env, counter:
         if route is None or route.candidate is not candidate:
             route = _state.routes[ident] = Route(decision_key, candidate, solution, chosen_by, env)
         route.chosen_by = chosen_by
+        _audit.arm(route, _table, store)  # the audit's sampling wrapper, or the candidate's run at rate 0
         if counter is not None:
             setattr(route, counter, getattr(route, counter) + 1)
         _table[decision_key.id] = route
@@ -464,10 +473,11 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def reset() -> None:
-    """Forget every route, counter and configured default policy of this process, as a new process starts
+    """Forget every route, counter and configured default policy and audit rate of this process, as a new process starts
     (tests and benchmarks); the store stays."""
     with _state.lock:
         _table.clear()
         _state.routes.clear()
         _state.verified = 0
         _state.policy = None
+        _audit.configure(None)

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
+from arbiter.audit import AUDIT_PREFIX
 from arbiter.keys import ProblemKey
 from arbiter.solution import Solution, TimingMode
 from arbiter.store import CountDelta, MeasurementRecord, SolutionRecord, inventory
@@ -425,8 +426,13 @@ def _section_html(s: Section, env_state: str, plots: bool) -> str:
         b = k.looser.get(k.winner) if r and k.winner else None
         budget = (f"<span class=warn>looser, declared: rel {b.rel_fro:.0e}, atol {b.atol:.0e}, "
                   f"rtol {b.rtol:.0e}</span>" if b is not None else "published" if r else "")
+        # A winner whose verdict the audit of real calls failed is never served again (arbiter.audit)
+        demoted = r is not None and any(f.solution.label == k.winner and f.reason.startswith(AUDIT_PREFIX)
+                                        for f in k.rejected)
+        winner = f"<b>{_e(k.winner)}</b>" + (" <span class=stale>demoted by the audit of real calls</span>"
+                                             if demoted else "")
         rows.append([f"<code>{_e(k.key.id)}</code>",
-                     f"<b>{_e(k.winner)}</b>" if r else "<span class=stale>none: every solution failed the gate</span>",
+                     winner if r else "<span class=stale>none: every solution failed the gate</span>",
                      _e(r.chosen_by) if r else "", _fmt(r.margin * 100 if r and r.margin is not None else None, "+.1f"),
                      _e(r.note) if r else "", budget,
                      (str(hits) if hits or _hits(k, dispatches=True) else
@@ -448,7 +454,8 @@ def _section_html(s: Section, env_state: str, plots: bool) -> str:
     failed = [[f"<code>{_e(k.key.id)}</code>", _e(f.solution.label), _e(f.reason), _e(error_cell(f))]
               for k in s.keys for f in sorted(k.rejected, key=lambda f: f.solution.label)]
     if failed:
-        parts.append("<h3>Rejected by the gate</h3>" + _table(["key", "solution", "reason", "rel error"], failed))
+        parts.append("<h3>Rejected by the gate or the audit of real calls</h3>"
+                     + _table(["key", "solution", "reason", "rel error"], failed))
     counted = []
     for k in s.keys:
         for c in sorted(k.counts, key=lambda c: (-c.hits, c.candidate_name)):

@@ -16,11 +16,13 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
+from arbiter.audit import AUDIT_PREFIX
 from arbiter.candidates import Tier
 from arbiter.cli.common import app, console, error, lit
 from arbiter.cli.output import show
 from arbiter.errors import RegistryError
 from arbiter.keys import ProblemKey
+from arbiter.solution import Solution
 from arbiter.store import inventory
 
 if TYPE_CHECKING:
@@ -90,6 +92,7 @@ def stats(
         layers = _layers()
         rows: list[dict[str, Any]] = []
         stale = []
+        audited: list[dict[str, Any]] = []
         for layer, sql in layers:
             tiers = sql.candidate_tiers()
             counts: dict[tuple, list[int]] = {}
@@ -99,6 +102,16 @@ def stats(
                 slot[1] += c.loads
                 slot[2] += c.misses
                 slot[3] += c.fallbacks
+            # Verdicts the audit of real calls failed (arbiter.audit): that solution is demoted at that key.
+            demoted = set()
+            for v, name, verdict in sql.verdicts(imported=False):
+                if verdict.passed or not verdict.reason.startswith(AUDIT_PREFIX):
+                    continue
+                demoted.add((v.key, v.identity, v.params_id, v.env))
+                pk = ProblemKey.parse(v.key)
+                if not (op and pk.op != op) and not (target and pk.target != target):
+                    audited.append({"layer": layer, "key": v.key, "env": v.env, "reason": verdict.reason,
+                                    "solution": Solution.from_text(name, v.params_id).label})
             layer_stale = {e["fingerprint"]: e for e in inventory.stale_environments(sql)}
             stale += [{**e, "layer": layer} for e in layer_stale.values()]
             for r in sql.solutions():
@@ -109,6 +122,8 @@ def stats(
                 found, _, why = inventory.state(t, r.env)
                 state = ("current" if found == inventory.CURRENT
                          else "stale" if r.env in layer_stale else f"not checked ({why or 'other environment'})")
+                if (r.key, r.identity, r.solution.params_id, r.env) in demoted:
+                    state = "demoted by the audit"  # never served: its verdict here failed
                 hits, loads, misses, fallbacks = counts.get((r.key, r.solution, r.env), (0, 0, 0, 0))
                 rows.append({"layer": layer, "key": r.key, "target": t, "op": o, "env": r.env, "state": state,
                              "winner": r.solution.label, "policy": str(r.chosen_by),
@@ -118,7 +133,7 @@ def stats(
     counted = ("hits", "loads", "misses", "fallbacks")
     if as_json:
         print(json.dumps({"registry": _shown(), "solutions": rows, "stale_environments": stale,
-                          "zero_hit_solutions": len(zero)}, indent=1, default=str))
+                          "zero_hit_solutions": len(zero), "audit_failures": audited}, indent=1, default=str))
         return
     out = console()
     table = Table(title=lit(f"registry {_shown()}: stored solutions"))
@@ -138,6 +153,9 @@ def stats(
         out.print(lit(f"stale environment {e['fingerprint']} ({e['target']}, {e['layer']}): "
                       f"{e['rows'].get('solutions', 0)} solutions, {e['rows'].get('verdicts', 0)} verdicts; "
                       f"changed: {what}"), highlight=False)
+    for a in audited:
+        out.print(lit(f"failed the audit of real calls: {a['solution']} at {a['key']} ({a['env']}): {a['reason']}",
+                      "red"), highlight=False, soft_wrap=True)
     n_stale = sum(1 for r in rows if r["state"] == "stale")
     out.print(f"{len(rows)} solutions, {n_stale} stale, {len(zero)} current with zero hits"
               + ("; remove stale entries with `arbiter prune --stale`" if stale else ""), highlight=False)

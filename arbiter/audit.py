@@ -1,0 +1,235 @@
+"""The audit of real calls: what no synthetic probe can catch, the caller's own data can.
+
+``arbiter.configure(audit=rate)`` (else ``ARBITER_AUDIT=rate``, else 0) re-checks a sampled fraction ``rate``
+of the calls ``run_arbitrated`` serves against the op's float64 oracle (on the device where the target has
+float64 there, as the gate's large-shape check does: ``verify.check_output``).
+
+Cost. At rate 0 nothing is spent: a route runs its candidate's own ``run``, the hot path is unchanged. At a
+rate r > 0, a route installed on a miss (``arm``) runs through a wrapper that counts its calls down to the
+next sampled one (gaps drawn geometrically with mean 1/r when one is taken, so an unsampled call costs one
+decrement and one compare). A sampled call copies its inputs before the run and its output after it; the
+comparison runs on a background thread (``arbiter-audit``), off the hot path. At most ``QUEUE`` sampled calls
+wait there; beyond, a sample is dropped (counted), never waited for, so memory stays bounded at ``QUEUE``
+copies of one call's operands and output.
+
+A mismatch fails the solution's verdict for the key (stored like the gate's, ``VerdictKey`` of the solution,
+key and environment), with the real call's shape and reason (``AUDIT_PREFIX``); it is logged as a warning
+(logger ``arbiter.audit``), and the route is taken out of the dispatch table, so the next call misses and is
+served by the next solution that passes (the stored winner now fails its gate). ``arbiter stats``,
+``arbiter explain`` and ``arbiter report`` show the failed verdict.
+
+The budget of a real call is the loosest the gate allows on any of the op's value families (the caller's data
+may look like any of them), or the candidate's declared one. A call that declined (``Fallback``) is not
+audited: its stand-in served it. Torch callers' calls (``region.torch_in``) and calls under
+``ARBITER_DISABLE`` are not audited.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import os
+import queue
+import random
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from arbiter import probes, targets, verify
+from arbiter.candidates import Fallback
+from arbiter.oracles import array_module
+from arbiter.oracles.budgets import Budget
+from arbiter.solution import ChosenBy, Solution
+from arbiter.store import Verdict, VerdictKey
+
+AUDIT_PREFIX = "audit of a real call"  # how a verdict the audit failed starts its reason
+QUEUE = 8  # sampled calls waiting for the background check, at most
+log = logging.getLogger("arbiter.audit")
+
+_configured: float | None = None  # configure(audit=...); None: ARBITER_AUDIT decides
+
+
+def check_rate(rate, name: str = "audit") -> float:
+    """``rate`` as a float in [0, 1]; ValueError naming ``name`` otherwise."""
+    try:
+        value = float(rate)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}: {rate!r} is not a number in [0, 1]") from None
+    if isinstance(rate, bool) or not 0.0 <= value <= 1.0:
+        raise ValueError(f"{name}: {rate!r} is not a number in [0, 1]")
+    return value
+
+
+def configure(rate) -> None:
+    """Set the process's audit rate (``dispatch.configure(audit=...)`` calls this and clears the table, so every
+    route is armed again on its next miss). None: back to ``ARBITER_AUDIT``."""
+    global _configured
+    _configured = None if rate is None else check_rate(rate)
+
+
+def rate() -> float:
+    """The audit rate in force: ``configure``'s, else ``ARBITER_AUDIT``, else 0. Read on a miss only."""
+    if _configured is not None:
+        return _configured
+    given = os.environ.get("ARBITER_AUDIT", "").strip()
+    return check_rate(given, "ARBITER_AUDIT") if given else 0.0
+
+
+@dataclass
+class Counts:
+    """What the audit did in this process: calls sampled, checked, dropped (queue full), failed."""
+
+    sampled: int = 0
+    checked: int = 0
+    dropped: int = 0
+    failed: int = 0
+
+
+counts = Counts()
+
+
+def arm(route, table: dict, store_of) -> None:
+    """Set ``route.run`` for the audit rate in force: the candidate's own ``run`` at rate 0, else a sampling
+    wrapper. ``table`` is dispatch's table (a failed route leaves it); ``store_of()`` the store to record in."""
+    r = 0.0 if route.chosen_by == ChosenBy.DISABLED else rate()  # ARBITER_DISABLE: no registry to record in
+    run = route.candidate.run
+    route.run = run if r <= 0.0 else _Sampler(route, run, r, table, store_of)
+
+
+class _Sampler:
+    """A route's ``run`` under audit: every call runs ``run``; about one in ``1/rate`` is also checked."""
+
+    __slots__ = ("route", "run", "rate", "table", "store_of", "left", "rng")
+
+    def __init__(self, route, run, rate: float, table: dict, store_of):
+        self.route, self.run, self.rate, self.table, self.store_of = route, run, rate, table, store_of
+        self.rng = random.Random()
+        self.left = self._gap()
+
+    def _gap(self) -> int:
+        """Calls until the next sampled one: geometric with mean 1/rate (1 at rate 1)."""
+        if self.rate >= 1.0:
+            return 1
+        return 1 + int(math.log(1.0 - self.rng.random()) / math.log(1.0 - self.rate))
+
+    def __call__(self, region, params):
+        self.left -= 1
+        if self.left > 0:
+            return self.run(region, params)
+        self.left = self._gap()
+        return self._sampled(region, params)
+
+    def _sampled(self, region, params):
+        counts.sampled += 1
+        pristine = verify.pristine_copy(region)  # before the run: out= may overwrite an input
+        result = self.run(region, params)
+        if type(result) is Fallback:
+            return result
+        _submit(_Job(self.route, params, pristine, _copy_out(region, result), self.table, self.store_of()))
+        return result
+
+
+def _copy_out(region, result):
+    """A copy of ``result`` the checker can compare on its own device (NumPy/CuPy), else on the host."""
+    if isinstance(result, np.ndarray) or array_module(result) is not np:
+        return result.copy()
+    return np.asarray(targets.get(region.target).to_host(result))
+
+
+@dataclass
+class _Job:
+    route: Any
+    params: dict
+    pristine: Any
+    y: Any
+    table: dict
+    store: Any
+
+
+_queue: queue.Queue[_Job] = queue.Queue(QUEUE)
+_worker: threading.Thread | None = None
+_worker_lock = threading.Lock()
+
+
+def _submit(job: _Job) -> None:
+    global _worker
+    if _worker is None:
+        with _worker_lock:
+            if _worker is None:
+                _worker = threading.Thread(target=_work, name="arbiter-audit", daemon=True)
+                _worker.start()
+    try:
+        _queue.put_nowait(job)
+    except queue.Full:
+        counts.dropped += 1
+
+
+def _work() -> None:
+    while True:
+        job = _queue.get()
+        try:
+            check(job)
+        except Exception:  # the audit never takes the process down; say why it could not check
+            log.exception("arbiter audit: could not check a real call of %s", job.route.key.id)
+        finally:
+            _queue.task_done()
+
+
+def drain(timeout: float = 60.0) -> bool:
+    """Wait until every sampled call queued so far is checked (tests, benchmarks); False on timeout."""
+    end = time.monotonic() + timeout
+    while _queue.unfinished_tasks:
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.005)
+    return True
+
+
+def real_budget(candidate, op: str, dtype: str) -> tuple[Budget, bool]:
+    """The budget a real call is held to: the candidate's declared one, or the loosest of the op's families'."""
+    budget, looser = verify.budget_of(candidate, op, dtype)
+    if looser:
+        return budget, True
+    for fam in probes.families(op):
+        b = fam.budget_for(op, dtype)
+        budget = Budget(max(budget.rel_fro, b.rel_fro), max(budget.atol, b.atol), max(budget.rtol, b.rtol))
+    return budget, False
+
+
+def shape_text(region) -> str:
+    """A real call's shape as the gate names probes: the dims joined by x, and the dtype."""
+    return "x".join(str(v) for v in region.dims.values()) + f" {region.dtype}"
+
+
+def check(job: _Job) -> Verdict | None:
+    """Compare one sampled call with the oracle; on a mismatch store the failed verdict, log it and take the
+    route out of the table. Returns the failed verdict, or None when the call was right."""
+    start = time.perf_counter()
+    route, region = job.route, job.pristine
+    budget, looser = real_budget(route.candidate, region.op, region.dtype)
+    reason, rel, excess = verify.check_output(region, job.y, budget, np.random.default_rng())
+    counts.checked += 1
+    if not reason:
+        return None
+    counts.failed += 1
+    shape = shape_text(region)
+    verdict = Verdict(False, f"{AUDIT_PREFIX} at {shape}: {reason}", rel, excess, (f"audit {shape}",), budget,
+                      looser, time.perf_counter() - start)
+    key_id = route.key.id
+    vkey = VerdictKey.of(Solution.of(route.candidate, job.params), key_id, route.env.fingerprint)
+    job.store.save_verdict(vkey, verdict, route.candidate)
+    log.warning("arbiter: %s at key %s failed the audit and is demoted: %s", route.label, key_id, verdict.reason)
+    if job.table.get(key_id) is route:  # the next call misses and takes the next passing solution
+        job.table.pop(key_id, None)
+    return verdict
+
+
+def _after_fork_in_child() -> None:
+    """A forked child has no audit thread and must not inherit its parent's queued copies."""
+    global _queue, _worker, _worker_lock
+    _queue, _worker, _worker_lock = queue.Queue(QUEUE), None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
