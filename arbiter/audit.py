@@ -37,8 +37,9 @@ from typing import Any
 
 import numpy as np
 
-from arbiter import probes, targets, verify
+from arbiter import oracles, probes, targets, verify
 from arbiter.candidates import Fallback
+from arbiter.ops import op_kind
 from arbiter.oracles import array_module
 from arbiter.oracles.budgets import Budget
 from arbiter.solution import ChosenBy, Solution
@@ -180,10 +181,12 @@ def _work() -> None:
 def drain(timeout: float = 60.0) -> bool:
     """Wait until every sampled call queued so far is checked (tests, benchmarks); False on timeout."""
     end = time.monotonic() + timeout
-    while _queue.unfinished_tasks:
-        if time.monotonic() > end:
-            return False
-        time.sleep(0.005)
+    with _queue.all_tasks_done:
+        while _queue.unfinished_tasks:
+            left = end - time.monotonic()
+            if left <= 0:
+                return False
+            _queue.all_tasks_done.wait(left)
     return True
 
 
@@ -198,6 +201,18 @@ def real_budget(candidate, op: str, dtype: str) -> tuple[Budget, bool]:
     return budget, False
 
 
+def compare_call(region, y, budget: Budget) -> tuple[str, float, float]:
+    """(reason or "", relative error, worst excess) of output ``y`` of ``region``'s call: the full float64 oracle
+    where the gate would use it (work up to ``verify.CHEAP_CHECK_WORK``, output up to ``verify.CHUNK_ELEMENTS``),
+    without the gate's BLAS thread limit (process-wide: it would slow the caller's own BLAS calls meanwhile);
+    otherwise the gate's large-shape check (``verify.check_output``)."""
+    if (math.prod(max(v, 1) for v in region.dims.values()) <= verify.CHEAP_CHECK_WORK
+            and math.prod(region.output_shape()) <= verify.CHUNK_ELEMENTS):
+        with oracles.on_device():
+            return verify.compare(y, op_kind(region.op).oracle(region), budget)
+    return verify.check_output(region, y, budget, np.random.default_rng())
+
+
 def shape_text(region) -> str:
     """A real call's shape as the gate names probes: the dims joined by x, and the dtype."""
     return "x".join(str(v) for v in region.dims.values()) + f" {region.dtype}"
@@ -209,7 +224,7 @@ def check(job: _Job) -> Verdict | None:
     start = time.perf_counter()
     route, region = job.route, job.pristine
     budget, looser = real_budget(route.candidate, region.op, region.dtype)
-    reason, rel, excess = verify.check_output(region, job.y, budget, np.random.default_rng())
+    reason, rel, excess = compare_call(region, job.y, budget)
     counts.checked += 1
     if not reason:
         return None
