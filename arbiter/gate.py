@@ -1,40 +1,45 @@
-"""The gate's own version: a digest of the rules ``arbiter.verify`` applies (its module, the probe catalogue,
-the budgets, the ops and every op's oracle). A candidate's identity covers it (``arbiter.candidates``), so a
-change to the gate takes new verdicts.
+"""The gate's own version: ``GATE_RULES_VERSION``, bumped by hand whenever the rules ``arbiter.verify`` applies
+change what it decides (the probe plan and catalogue, the budgets, the comparison, an op's oracle, what a key
+carries). A candidate's identity covers it (``arbiter.candidates``), so a bump takes new verdicts everywhere.
 
-It sits below the candidates and the gate both: it reads the gate's module files by name rather than importing
-``arbiter.verify`` (which imports the candidates).
+An explicit number, not a digest of the gate's source (issue 27 item 2): moving code between modules or
+editing a comment re-gates nothing. ``tests/test_gate_version.py`` holds the number to its word: a golden set
+of verdicts (reasons, probes, budgets, rounded errors) on fixed seeds over the NumPy built-ins and the known-wrong
+candidates (``tests/gate_golden.json``) fails when the gate decides differently under the same number; after a
+bump, ``PYTHONPATH=. python tests/gate_golden.py --write`` regenerates it.
+
+An op kind a plug-in registers (``register_op``) brings its own oracle, outside this project: its source is
+digested into the version instead, so a changed plug-in oracle takes new verdicts too.
+
+It sits below the candidates and the gate both.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
-import importlib.util
-import linecache
+import inspect
 
 from arbiter.ops import OPS
 
-GATE_MODULES = ("arbiter.verify", "arbiter.probes", "arbiter.oracles", "arbiter.oracles.budgets",
-                "arbiter.ops", "arbiter.keys")
-_version: str | None = None
+# Bump on any change to what the gate decides; then regenerate tests/gate_golden.json (see above).
+GATE_RULES_VERSION = 1
+PROJECT = "arbiter."
 
 
-def _source(name: str) -> str | None:
-    """The text of module ``name``'s file, as ``inspect.getsource`` reads it; None where it has no source file."""
-    spec = importlib.util.find_spec(name)
-    origin = getattr(spec, "origin", None)
-    if not origin or not origin.endswith(".py"):
-        return None
-    linecache.checkcache(origin)
-    return "".join(linecache.getlines(origin)) or None
+@functools.cache
+def _oracle_text(oracle) -> str:
+    try:
+        return inspect.getsource(oracle)
+    except (OSError, TypeError):
+        return getattr(oracle, "__qualname__", repr(oracle))
 
 
 def gate_version() -> str:
-    """A digest of the gate's rules: ``GATE_MODULES`` and every op's oracle module."""
-    global _version
-    if _version is None:
-        h = hashlib.sha256()
-        for name in list(GATE_MODULES) + sorted({k.oracle.__module__ for k in OPS.values()}):
-            text = _source(name)
-            h.update(name.encode() if text is None else text.encode())
-        _version = h.hexdigest()[:12]
-    return _version
+    """``rules-<GATE_RULES_VERSION>``, plus a digest of the oracles of op kinds registered from outside the
+    project (plug-ins), when there are any."""
+    foreign = sorted((name, _oracle_text(k.oracle)) for name, k in OPS.items()
+                     if not (k.oracle.__module__ or "").startswith(PROJECT))
+    if not foreign:
+        return f"rules-{GATE_RULES_VERSION}"
+    digest = hashlib.sha256(repr(foreign).encode()).hexdigest()[:12]
+    return f"rules-{GATE_RULES_VERSION}+{digest}"
