@@ -1,14 +1,16 @@
 """The audit of real calls: what no synthetic probe can catch, the caller's own data can.
 
 ``arbiter.configure(audit=rate)`` (else ``ARBITER_AUDIT=rate``, else 0) re-checks a sampled fraction ``rate``
-of the calls ``run_arbitrated`` serves against the op's float64 oracle (on the device where the target has
-float64 there, as the gate's large-shape check does: ``verify.check_output``).
+of the calls ``run_arbitrated`` serves against the op's float64 oracle, computed on the device where the target
+has float64 there (``oracles.on_device``), in full where the gate would, else by the gate's large-shape check
+(``compare_call``).
 
 Cost. At rate 0 nothing is spent: a route runs its candidate's own ``run``, the hot path is unchanged. At a
 rate r > 0, a route installed on a miss (``arm``) runs through a wrapper that counts its calls down to the
 next sampled one (gaps drawn geometrically with mean 1/r when one is taken, so an unsampled call costs one
-decrement and one compare). A sampled call copies its inputs before the run and its output after it; the
-comparison runs on a background thread (``arbiter-audit``), off the hot path. At most ``QUEUE`` sampled calls
+decrement and one compare). A sampled call copies its inputs before the run and its output after it (on a
+device, then waits for those copies: the checker thread does not use the caller's stream); the comparison runs
+on a background thread (``arbiter-audit``), off the hot path. At most ``QUEUE`` sampled calls
 wait there; beyond, a sample is dropped (counted), never waited for, so memory stays bounded at ``QUEUE``
 copies of one call's operands and output.
 
@@ -128,7 +130,10 @@ class _Sampler:
         result = self.run(region, params)
         if type(result) is Fallback:
             return result
-        _submit(_Job(self.route, params, pristine, _copy_out(region, result), self.table, self.store_of()))
+        y = _copy_out(region, result)
+        if region.target != "cpu":  # the copies were queued on the caller's stream; the checker uses its own
+            targets.get(region.target).synchronize()
+        _submit(_Job(self.route, params, pristine, y, self.table, self.store_of()))
         return result
 
 
