@@ -98,43 +98,45 @@ def arm(route, table: dict, store_of) -> None:
     wrapper. ``table`` is dispatch's table (a failed route leaves it); ``store_of()`` the store to record in."""
     r = 0.0 if route.chosen_by == ChosenBy.DISABLED else rate()  # ARBITER_DISABLE: no registry to record in
     run = route.candidate.run
-    route.run = run if r <= 0.0 else _Sampler(route, run, r, table, store_of)
+    route.run = run if r <= 0.0 else _sampler(route, run, r, table, store_of)
 
 
-class _Sampler:
-    """A route's ``run`` under audit: every call runs ``run``; about one in ``1/rate`` is also checked."""
+def _gap(rng: random.Random, rate: float) -> int:
+    """Calls until the next sampled one: geometric with mean 1/rate (1 at rate 1)."""
+    if rate >= 1.0:
+        return 1
+    return 1 + int(math.log(1.0 - rng.random()) / math.log(1.0 - rate))
 
-    __slots__ = ("route", "run", "rate", "table", "store_of", "left", "rng")
 
-    def __init__(self, route, run, rate: float, table: dict, store_of):
-        self.route, self.run, self.rate, self.table, self.store_of = route, run, rate, table, store_of
-        self.rng = random.Random()
-        self.left = self._gap()
+def _sampler(route, run, rate: float, table: dict, store_of):
+    """A route's ``run`` under audit: every call runs ``run``; about one in ``1/rate`` is also checked. A closure,
+    not an object with ``__call__``: an unsampled call costs about 80 ns over ``run`` instead of 180."""
+    rng = random.Random()
+    left = _gap(rng, rate)
 
-    def _gap(self) -> int:
-        """Calls until the next sampled one: geometric with mean 1/rate (1 at rate 1)."""
-        if self.rate >= 1.0:
-            return 1
-        return 1 + int(math.log(1.0 - self.rng.random()) / math.log(1.0 - self.rate))
+    def audited(region, params):
+        nonlocal left
+        left -= 1
+        if left > 0:
+            return run(region, params)
+        left = _gap(rng, rate)
+        return _sampled(route, run, region, params, table, store_of)
 
-    def __call__(self, region, params):
-        self.left -= 1
-        if self.left > 0:
-            return self.run(region, params)
-        self.left = self._gap()
-        return self._sampled(region, params)
+    return audited
 
-    def _sampled(self, region, params):
-        counts.sampled += 1
-        pristine = verify.pristine_copy(region)  # before the run: out= may overwrite an input
-        result = self.run(region, params)
-        if type(result) is Fallback:
-            return result
-        y = _copy_out(region, result)
-        if region.target != "cpu":  # the copies were queued on the caller's stream; the checker uses its own
-            targets.get(region.target).synchronize()
-        _submit(_Job(self.route, params, pristine, y, self.table, self.store_of()))
+
+def _sampled(route, run, region, params, table: dict, store_of):
+    """Run one sampled call: its inputs copied before (``out=`` may overwrite one), its output after, both queued."""
+    counts.sampled += 1
+    pristine = verify.pristine_copy(region)
+    result = run(region, params)
+    if type(result) is Fallback:
         return result
+    y = _copy_out(region, result)
+    if region.target != "cpu":  # the copies were queued on the caller's stream; the checker uses its own
+        targets.get(region.target).synchronize()
+    _submit(_Job(route, params, pristine, y, table, store_of()))
+    return result
 
 
 def _copy_out(region, result):

@@ -12,7 +12,10 @@ copies and float64 check dominate), two figures:
   median of the paired differences to rate 0 with their p20-p80 range. The background check runs meanwhile
   (it competes for cores and the GIL) and is waited for after each sample, outside the timed loop.
 
-    python benchmarks/audit_overhead.py [--samples 15] [--quick] [--out DIR]
+    python benchmarks/audit_overhead.py [--samples 15] [--blas-threads 1] [--quick] [--out DIR]
+
+BLAS runs on one thread by default: on a shared, oversubscribed box OpenBLAS's spinning worker threads make a
+256^3 product 50-100x slower and swamp every other figure (``--blas-threads 0`` leaves BLAS as it is).
 
 ``--quick``: 3 samples of about 0.02 s, 20 sampled calls (a smoke run: the figures are too short to quote).
 The report is printed and written to ``<out>/audit_overhead.md``.
@@ -104,11 +107,16 @@ def main():
     p.add_argument("--samples", type=int, default=15)
     p.add_argument("--seconds", type=float, default=0.2, help="about this long a sample")
     p.add_argument("--sampled", type=int, default=101, help="sampled calls timed one at a time")
+    p.add_argument("--blas-threads", type=int, default=1, help="BLAS threads (0: as configured)")
     p.add_argument("--quick", action="store_true", help="3 samples of 0.02 s, 20 sampled calls (smoke run)")
     p.add_argument("--out", help="also write the report to DIR/audit_overhead.md")
     args = p.parse_args()
     if args.quick:
         args.samples, args.seconds, args.sampled = 3, 0.02, 20
+    if args.blas_threads:
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(args.blas_threads, user_api="blas")
     rng = np.random.default_rng(0)
 
     def f32(*shape):
@@ -119,7 +127,8 @@ def main():
                  ("256^3 float32 matmul", Matmul(f32(256, 256), f32(256, 256)))]
     before = audit.Counts(**vars(audit.counts))
     lines = [f"audit overhead, {platform.processor() or platform.machine()}, {os.cpu_count()} cores, numpy "
-             f"{np.__version__}, load average {os.getloadavg()[0]:.1f} at the start"
+             f"{np.__version__}, BLAS threads {args.blas_threads or 'as configured'}, load average "
+             f"{os.getloadavg()[0]:.1f} at the start"
              f"{' (--quick: a smoke run)' if args.quick else ''}"]
     for title, region in workloads:
         lines += lines_for(title, region, args.seconds, args.samples, args.sampled)
