@@ -83,7 +83,8 @@ def stats(
     pending: bool = typer.Option(False, "--pending", help="Instead: keys recorded by production but not tuned "
                                                           "yet, per environment, with their claims."),
 ):
-    """Stored solutions per key: winner, policy, tier, persisted hits/loads/misses/fallbacks, and stale entries."""
+    """Stored solutions per key: winner, policy, tier, persisted hits/loads/misses/fallbacks, stale entries, and
+    solutions the audit of real calls demoted (ARBITER_AUDIT)."""
 
     if pending:
         _pending(target, as_json)
@@ -122,7 +123,7 @@ def stats(
                 found, _, why = inventory.state(t, r.env)
                 state = ("current" if found == inventory.CURRENT
                          else "stale" if r.env in layer_stale else f"not checked ({why or 'other environment'})")
-                if (r.key, r.identity, r.solution.params_id, r.env) in demoted:
+                if state == "current" and (r.key, r.identity, r.solution.params_id, r.env) in demoted:
                     state = "demoted by the audit"  # never served: its verdict here failed
                 hits, loads, misses, fallbacks = counts.get((r.key, r.solution, r.env), (0, 0, 0, 0))
                 rows.append({"layer": layer, "key": r.key, "target": t, "op": o, "env": r.env, "state": state,
