@@ -343,6 +343,7 @@ def run_triton(quick: bool) -> tuple[list, dict]:
         print(f"gemm_tc: Triton cases skipped ({cand.available() if cand else 'not registered'})")
         return [], {}
     host = host_cost()
+    print(triton_table([], host), flush=True)
     cases = [("matmul", s, d, "plain") for s, d in TRITON_PLAIN[:1 if quick else None]]
     if not quick:
         cases += [("matmul", s, d, "bias+gelu") for s, d in TRITON_GELU]
@@ -351,7 +352,7 @@ def run_triton(quick: bool) -> tuple[list, dict]:
     for case in cases:
         t0 = time.perf_counter()
         rows.append(triton_case(*case))
-        print(f"  done {rows[-1]['case']} in {time.perf_counter() - t0:.0f} s", flush=True)
+        print(triton_table(rows[-1:], {}), f"\n  ({time.perf_counter() - t0:.0f} s)", flush=True)
     return rows, host
 
 
