@@ -184,31 +184,44 @@ def compile_spec(name: str, backend: str, device: int, spec: Spec, warps: int, s
 
 
 class LaunchPlan:
-    """What a warm call of one shape needs: the compiled kernel's C launcher and everything but the pointers."""
+    """What a warm call of one shape needs: ``call(stream, *pointers)``, one call of the compiled kernel's C
+    launcher with everything but the stream and the pointers bound (grid, function handle, metadata, the integer
+    and constexpr arguments)."""
 
-    __slots__ = ("launch", "grid", "function", "flags", "metadata", "values", "compiled")
+    __slots__ = ("call", "thin", "compiled", "grid", "values")
 
     def __init__(self, compiled, grid: tuple[int, int, int], values: list):
         self.compiled, self.grid, self.values = compiled, grid, tuple(values)
         launcher = compiled.run
-        thin = (hasattr(launcher, "launch") and hasattr(launcher, "launch_pdl")
-                and not getattr(launcher, "global_scratch_size", 0) and not getattr(launcher, "profile_scratch_size", 0)
-                and type(launcher).__name__ == "CudaLauncher")
-        self.launch = launcher.launch if thin else None
-        self.function = compiled.function
-        self.flags = (int(getattr(launcher, "launch_cooperative_grid", 0)), int(getattr(launcher, "launch_pdl", 0)))
-        self.metadata = compiled.packed_metadata
+        self.thin = (type(launcher).__name__ == "CudaLauncher" and hasattr(launcher, "launch")
+                     and not getattr(launcher, "global_scratch_size", 0)
+                     and not getattr(launcher, "profile_scratch_size", 0))
+        self.call = _thin_call(compiled, launcher, grid, self.values) if self.thin else _generic_call(compiled, grid,
+                                                                                                      self.values)
 
     def __call__(self, stream: int, *pointers) -> None:
-        launch = self.launch
-        g = self.grid
-        if launch is not None:
-            # CudaLauncher.launch(gridX, gridY, gridZ, stream, function, cooperative, pdl, global_scratch,
-            # profile_scratch, kernel_metadata, launch_metadata, enter_hook, exit_hook, *kernel arguments)
-            launch(g[0], g[1], g[2], stream, self.function, self.flags[0], self.flags[1], None, None, self.metadata,
-                   None, None, None, *pointers, *self.values)
-        else:
-            self.compiled[g](*pointers, *self.values, stream=stream)
+        self.call(stream, *pointers)
+
+
+def _thin_call(compiled, launcher, grid, values):
+    """CudaLauncher.launch(gridX, gridY, gridZ, stream, function, cooperative, pdl, global_scratch, profile_scratch,
+    kernel_metadata, launch_metadata, enter_hook, exit_hook, *kernel arguments), all but the stream and the
+    pointers bound here (the hooks off: Triton's profiler hooks are not called on this path)."""
+    launch, (g0, g1, g2), function = launcher.launch, grid, compiled.function
+    coop, pdl, metadata = int(launcher.launch_cooperative_grid), int(launcher.launch_pdl), compiled.packed_metadata
+
+    def call(stream, *pointers):
+        launch(g0, g1, g2, stream, function, coop, pdl, None, None, metadata, None, None, None, *pointers, *values)
+
+    return call
+
+
+def _generic_call(compiled, grid, values):
+    """Through ``CompiledKernel[grid]``: any launcher (ROCm's), scratch memory allocated by Triton."""
+    def call(stream, *pointers):
+        compiled[grid](*pointers, *values, stream=stream)
+
+    return call
 
 
 class TritonCandidate(Candidate):
@@ -254,3 +267,16 @@ class TritonCandidate(Candidate):
         from arbiter.targets.nvidia import cupy_module
 
         return cupy_module().cuda.runtime.getDevice()
+
+    def sm_count(self) -> int:
+        """Streaming multiprocessors of the current device: the persistent kernels' program count."""
+        from arbiter.targets.nvidia import cupy_module
+
+        device = self.device()
+        found = _sms.get(("cuda", device))
+        if found is None:
+            found = _sms[("cuda", device)] = int(cupy_module().cuda.Device(device).attributes["MultiProcessorCount"])
+        return found
+
+
+_sms: Memo = Memo()  # (backend, device) -> SM (compute unit) count

@@ -60,11 +60,12 @@ class TritonGated(TritonCandidate):
         return ok
 
     def plan(self, region, params, out, aligned: bool) -> LaunchPlan | None:
-        """The launch plan of this call (None when the output is empty), by shape, strides and alignment."""
-        x, wg, wu = region.x, region.w_gate, region.w_up
+        """The launch plan of this call (None when the output is empty), by key, exact dims, alignment and the
+        strides the layout class does not fix (the output is C-contiguous)."""
+        x, wg = region.x, region.w_gate
         tile = params["tile"]
-        key = (tile[0], tile[1], tile[2], tile[3], tile[4], tile[5], region.key.id, x.shape, x.strides, wg.shape,
-               wg.strides, wu.strides, out.strides, aligned, self.device())
+        key = (tile[0], tile[1], tile[2], tile[3], tile[4], tile[5], region.key.id, x.shape, wg.shape[1], aligned,
+               self.device(), (x.strides, wg.strides, region.w_up.strides) if "S" in region.layout else None)
         plan = self.plans.get(key)
         if plan is None:
             if not out.size:
@@ -79,7 +80,7 @@ class TritonGated(TritonCandidate):
         px, pg, pu, po = region.x.data.ptr, region.w_gate.data.ptr, region.w_up.data.ptr, out.data.ptr
         plan = self.plan(region, params, out, not (px | pg | pu | po) & 15)
         if plan is not None:
-            plan(self.stream(), px, pg, pu, po)
+            plan.call(self.stream(), px, pg, pu, po)
         return out
 
 

@@ -23,20 +23,26 @@ from arbiter.memo import Memo
 
 # (BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, warps, stages). The first is the default: the 128x256 tile of two warp
 # groups that feeds Hopper's wgmma best on large products; then its transpose, 128x128 in 8 and 4 warps, and the
-# smaller tiles that keep every SM busy on small ones. Shared memory of the deepest ring: 128x256x64 x 3 stages of
+# smaller tiles that keep every SM busy on small ones; the last, 96 KiB of ring, puts two blocks on an SM, so one's
+# epilogue runs beside the other's products. Shared memory of the deepest ring: 128x256x64 x 3 stages of
 # fp16 = 144 KiB (H100/H200 opt-in: 227 KiB).
 TILES = [(128, 256, 64, 8, 8, 3), (256, 128, 64, 8, 8, 3), (128, 128, 64, 8, 8, 4), (128, 128, 64, 8, 4, 4),
-         (128, 64, 64, 8, 4, 4), (64, 128, 64, 8, 4, 4), (64, 64, 64, 8, 4, 3)]
+         (128, 64, 64, 8, 4, 4), (64, 128, 64, 8, 4, 4), (64, 64, 64, 8, 4, 3), (128, 128, 64, 8, 4, 3)]
+# The persistent kernel (``gemm_persistent``, one program an SM walking the tiles) with these tiles: its loads of
+# the next tile overlap the epilogue of the last, which pays where K is short (8192x8192x512: eight K-slices a
+# tile, and an exact-GELU epilogue as long as a fair share of them).
+PERSISTENT = [(128, 256, 64, 8, 8, 3), (128, 128, 64, 8, 8, 3), (128, 256, 128, 8, 8, 2)]
 
 
-def gemm_spec(region, tile, aligned: bool, out):
-    """The ``gemm`` specialization of ``region`` under ``tile`` writing ``out``, and its grid."""
+def gemm_spec(region, tile, aligned: bool, out, programs: int | None = None):
+    """The ``gemm`` specialization of ``region`` under ``tile`` writing ``out``, and its grid; with ``programs``,
+    ``gemm_persistent``'s, at most that many programs."""
     bm, bn, bk, group, _, _ = tile
     a, b, bias, res = region.a, region.b, region.bias, region.residual
     m, n, k = region.dims["m"], region.dims["n"], region.dims["k"]
     wide = needs_64bit(a, b, res, out)
     ptype = POINTER_TYPES[region.dtype]
-    spec = Spec(_kernel())
+    spec = Spec(_kernel(programs is not None))
     for name in ("a_ptr", "b_ptr", "c_ptr", "bias_ptr", "res_ptr"):
         spec.pointer(name, ptype, aligned)
     item = a.itemsize
@@ -56,14 +62,17 @@ def gemm_spec(region, tile, aligned: bool, out):
                         ("ACTIVATION", ACTIVATION_CODES[region.activation]), ("HAS_BIAS", bias is not None),
                         ("HAS_RESIDUAL", res is not None), ("EVEN_K", k % bk == 0)):
         spec.constant(name, value)
-    grid = (-(-m // bm) * -(-n // bn), 1, 1)
-    return spec, grid
+    tiles = -(-m // bm) * -(-n // bn)
+    if programs is not None:
+        spec.constant("PROGRAMS", min(programs, tiles))
+        return spec, (min(programs, tiles), 1, 1)
+    return spec, (tiles, 1, 1)
 
 
-def _kernel():
+def _kernel(persistent: bool):
     from arbiter.candidates import gpu_triton
 
-    return gpu_triton.kernels().gemm
+    return gpu_triton.kernels().gemm_persistent if persistent else gpu_triton.kernels().gemm
 
 
 class TritonMatmul(TritonCandidate):
@@ -74,7 +83,7 @@ class TritonMatmul(TritonCandidate):
     plans = Memo()
 
     def param_space(self):
-        return [{"tile": list(t)} for t in TILES]
+        return [{"tile": list(t)} for t in TILES] + [{"tile": list(t), "persistent": True} for t in PERSISTENT]
 
     def applies_to(self, region):
         ok = self.check_dtype(region)
@@ -84,19 +93,25 @@ class TritonMatmul(TritonCandidate):
         return ok
 
     def plan(self, region, params, out, aligned: bool) -> LaunchPlan | None:
-        """The launch plan of this call (None when the output is empty): looked up by shape, strides and
-        alignment (``aligned``: every pointer 16-byte aligned); made, and its kernel compiled, on first use."""
-        a, b, res = region.a, region.b, region.residual
+        """The launch plan of this call (None when the output is empty): looked up by key, exact dims, alignment
+        (``aligned``: every pointer 16-byte aligned) and strides where the layout class does not fix them (S);
+        made, and its kernel compiled, on first use. The output is C-contiguous (``alloc_out``, or an ``out=``
+        the region checked)."""
         tile = params["tile"]
-        key = (tile[0], tile[1], tile[2], tile[3], tile[4], tile[5], region.key.id, a.shape, a.strides, b.shape,
-               b.strides, res.strides if res is not None else None, out.strides, aligned, self.device())
+        a, b = region.a, region.b
+        layout = region.layout
+        key = (tile[0], tile[1], tile[2], tile[3], tile[4], tile[5], "persistent" in params, region.key.id, a.shape,
+               b.shape[1], aligned, self.device(),
+               (a.strides, b.strides, region.residual.strides) if "S" in layout else None)
         plan = self.plans.get(key)
         if plan is None:
             m, n = region.dims["m"], region.dims["n"]
             if not (m and n):
                 return None
-            spec, grid = gemm_spec(region, tuple(tile), aligned, out)
-            compiled = compile_spec("gemm", self.triton_backend, self.device(), spec, tile[4], tile[5])
+            persistent = bool(params.get("persistent"))
+            spec, grid = gemm_spec(region, tuple(tile), aligned, out, self.sm_count() if persistent else None)
+            kernel = "gemm_persistent" if persistent else "gemm"
+            compiled = compile_spec(kernel, self.triton_backend, self.device(), spec, tile[4], tile[5])
             plan = self.plans[key] = LaunchPlan(compiled, grid, spec.values)
         return plan
 
@@ -108,7 +123,7 @@ class TritonMatmul(TritonCandidate):
         pres = res.data.ptr if res is not None else 0
         plan = self.plan(region, params, out, not (pa | pb | pc | pbias | pres) & 15)
         if plan is not None:
-            plan(self.stream(), pa, pb, pc, pbias, pres)
+            plan.call(self.stream(), pa, pb, pc, pbias, pres)
         return out
 
 

@@ -45,12 +45,28 @@ def _id(s):
     return "x".join(map(str, s))
 
 
-@pytest.mark.parametrize("tile", triton_matmul.TILES, ids=_id)
+MATMUL_SOLUTIONS = [{"tile": list(t)} for t in triton_matmul.TILES] + \
+    [{"tile": list(t), "persistent": True} for t in triton_matmul.PERSISTENT]
+
+
+def _params_id(p):
+    return _id(p["tile"]) + ("-persistent" if p.get("persistent") else "")
+
+
+@pytest.mark.parametrize("params", MATMUL_SOLUTIONS, ids=_params_id)
 @pytest.mark.parametrize("shape", AWKWARD, ids=_id)
-def test_every_matmul_tile_passes_the_gate_at_awkward_shapes(tile, shape):
+def test_every_matmul_solution_passes_the_gate_at_awkward_shapes(params, shape):
     m, n, k = shape
     region = Matmul.random("nvidia", "float16", {"m": m, "n": n, "k": k}, rng=np.random.default_rng(31))
-    check_builtin_solution(_cand(), {"tile": list(tile)}, region)
+    check_builtin_solution(_cand(), params, region)
+
+
+@pytest.mark.parametrize("dtype", _dtypes())
+@pytest.mark.parametrize("params", [p for p in MATMUL_SOLUTIONS if p.get("persistent")], ids=_params_id)
+def test_the_persistent_solutions_pass_the_gate_with_the_whole_epilogue(params, dtype):
+    region = Matmul.random("nvidia", dtype, {"m": 1000, "n": 2000, "k": 520}, EPILOGUES["bias+gelu+residual"],
+                           rng=np.random.default_rng(37))
+    check_builtin_solution(_cand(), params, region)
 
 
 @pytest.mark.parametrize("dtype", _dtypes())
@@ -94,7 +110,7 @@ def test_a_warm_call_takes_the_thin_launch_and_the_cache_is_the_private_folder()
     out = region.alloc_out()
     ptrs = [region.a.data.ptr, region.b.data.ptr, out.data.ptr, region.bias.data.ptr, 0]
     plan = cand.plan(region, params, out, not (ptrs[0] | ptrs[1] | ptrs[2] | ptrs[3]) & 15)
-    assert plan is not None and plan.launch is not None  # CUDA's launcher called directly
+    assert plan is not None and plan.thin  # CUDA's launcher called directly
     assert any(private_dir("triton", "cuda").rglob("*.cubin"))
     import triton
 
