@@ -32,8 +32,9 @@ def _documented_text() -> str:
 
 def check_builtin_solution(cand, params, region) -> None:
     """Gate one built-in solution. A built-in that is unavailable fails (a kernel that stops compiling must
-    not turn into a skip), except when the optional package it documents (PyTorch, nvmath-python, Triton) is not installed; a
-    decline is allowed only with a reason written in the candidate code (``applies_to``), never an error text."""
+    not turn into a skip), except when the optional package it documents (PyTorch, nvmath-python, Triton) is not
+    installed; a decline is allowed only with a reason written in the candidate code (``applies_to``), never an
+    error text."""
     import importlib.util
 
     from arbiter.verify import verify
