@@ -351,7 +351,7 @@ def triton_table(rows, host) -> str:
     return "\n".join(lines)
 
 
-def run_triton(quick: bool) -> tuple[list, dict]:
+def run_triton(quick: bool, kinds: list | None = None) -> tuple[list, dict]:
     import importlib.util
 
     from arbiter.candidates import REGISTRY
@@ -366,6 +366,7 @@ def run_triton(quick: bool) -> tuple[list, dict]:
     if not quick:
         cases += [("matmul", s, d, "bias+gelu") for s, d in TRITON_GELU]
         cases += [("gated", s, d, "swiglu") for s, d in TRITON_GATED]
+    cases = [c for c in cases if not kinds or c[3] in kinds]
     rows = []
     for case in cases:
         t0 = time.perf_counter()
@@ -389,6 +390,8 @@ def main() -> int:
     ap.add_argument("--out", default=None, help="write gemm_tc.json and gemm_tc.md there")
     ap.add_argument("--quick", action="store_true", help="fp16 4096^3 only")
     ap.add_argument("--triton", action="store_true", help="the Triton cases alone")
+    ap.add_argument("--triton-kind", action="append", choices=["plain", "bias+gelu", "swiglu"],
+                    help="only these Triton cases (repeatable; the host cost is always measured)")
     args = ap.parse_args()
     from arbiter import targets
 
@@ -406,7 +409,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         os.environ.setdefault("ARBITER_DB", os.path.join(tmp, "registry.db"))  # forced decisions: not the user's
         rows = [plain(s, d) for s, d in plain_cases] + [epilogue(s, d, kind) for s, d, kind in epi_cases]
-        triton_rows, host = run_triton(args.quick)
+        triton_rows, host = run_triton(args.quick, args.triton_kind)
     text = f"gemm_tc: {stamp} on {env.get('device')}, device mode (events, L2 flushed), median" + table(rows) + \
         triton_table(triton_rows, host) + f"\n\n({time.perf_counter() - started:.0f} s)"
     if args.out:
