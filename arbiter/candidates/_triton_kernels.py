@@ -82,52 +82,6 @@ def gemm(a_ptr, b_ptr, c_ptr, bias_ptr, res_ptr, M, N, K,
 
 
 @triton.jit
-def gemm_persistent(a_ptr, b_ptr, c_ptr, bias_ptr, res_ptr, M, N, K,
-                    stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_rm, stride_rn,
-                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-                    ACTIVATION: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
-                    EVEN_K: tl.constexpr, PROGRAMS: tl.constexpr):
-    """``gemm`` with PROGRAMS programs (one an SM) walking the tiles: one loop over (tile, K-slice), flattened, so
-    the loads of a tile's first slices are in flight while the previous tile's epilogue (GELU's erf, the store)
-    runs. Where K is short, that epilogue is a large share of a tile's time."""
-    start = tl.program_id(0)
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    k_tiles = tl.cdiv(K, BLOCK_K)
-    in_group = GROUP_M * num_pid_n
-    rk = tl.arange(0, BLOCK_K)
-    for tile in tl.range(start, num_pid_m * num_pid_n, PROGRAMS, flatten=True):
-        group = tile // in_group
-        first_m = group * GROUP_M
-        group_m = min(num_pid_m - first_m, GROUP_M)
-        pid_m = first_m + ((tile % in_group) % group_m)
-        pid_n = (tile % in_group) // group_m
-        rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-        rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for kk in range(k_tiles):
-            a_ptrs = a_ptr + (rm % M)[:, None] * stride_am + (kk * BLOCK_K + rk)[None, :] * stride_ak
-            b_ptrs = b_ptr + (kk * BLOCK_K + rk)[:, None] * stride_bk + (rn % N)[None, :] * stride_bn
-            if EVEN_K:
-                a = tl.load(a_ptrs)
-                b = tl.load(b_ptrs)
-            else:
-                left = K - kk * BLOCK_K
-                a = tl.load(a_ptrs, mask=rk[None, :] < left, other=0.0)
-                b = tl.load(b_ptrs, mask=rk[:, None] < left, other=0.0)
-            acc = tl.dot(a, b, acc)
-        in_n = rn < N
-        mask = (rm < M)[:, None] & in_n[None, :]
-        if HAS_BIAS:
-            acc += tl.load(bias_ptr + rn, mask=in_n, other=0.0).to(tl.float32)[None, :]
-        acc = _activate(acc, ACTIVATION)
-        if HAS_RESIDUAL:
-            res = tl.load(res_ptr + rm[:, None] * stride_rm + rn[None, :] * stride_rn, mask=mask, other=0.0)
-            acc += res.to(tl.float32)
-        tl.store(c_ptr + rm[:, None] * stride_cm + rn[None, :], acc.to(c_ptr.dtype.element_ty), mask=mask)
-
-
-@triton.jit
 def gated(x_ptr, wg_ptr, wu_ptr, out_ptr, M, N, K,
           stride_xm, stride_xk, stride_gk, stride_gn, stride_uk, stride_un, stride_om,
           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
@@ -164,4 +118,4 @@ def gated(x_ptr, wg_ptr, wu_ptr, out_ptr, M, N, K,
     tl.store(out_ptr + rm[:, None] * stride_om + rn[None, :], y.to(out_ptr.dtype.element_ty), mask=mask)
 
 
-KERNELS = {"gemm": gemm, "gemm_persistent": gemm_persistent, "gated": gated}
+KERNELS = {"gemm": gemm, "gated": gated}

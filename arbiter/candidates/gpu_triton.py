@@ -268,15 +268,3 @@ class TritonCandidate(Candidate):
 
         return cupy_module().cuda.runtime.getDevice()
 
-    def sm_count(self) -> int:
-        """Streaming multiprocessors of the current device: the persistent kernels' program count."""
-        from arbiter.targets.nvidia import cupy_module
-
-        device = self.device()
-        found = _sms.get(("cuda", device))
-        if found is None:
-            found = _sms[("cuda", device)] = int(cupy_module().cuda.Device(device).attributes["MultiProcessorCount"])
-        return found
-
-
-_sms: Memo = Memo()  # (backend, device) -> SM (compute unit) count

@@ -28,21 +28,19 @@ from arbiter.memo import Memo
 # fp16 = 144 KiB (H100/H200 opt-in: 227 KiB).
 TILES = [(128, 256, 64, 8, 8, 3), (256, 128, 64, 8, 8, 3), (128, 128, 64, 8, 8, 4), (128, 128, 64, 8, 4, 4),
          (128, 64, 64, 8, 4, 4), (64, 128, 64, 8, 4, 4), (64, 64, 64, 8, 4, 3), (128, 128, 64, 8, 4, 3)]
-# The persistent kernel (``gemm_persistent``, one program an SM walking the tiles) with these tiles: its loads of
-# the next tile overlap the epilogue of the last, which pays where K is short (8192x8192x512: eight K-slices a
-# tile, and an exact-GELU epilogue as long as a fair share of them).
-PERSISTENT = [(128, 256, 64, 8, 8, 3), (128, 128, 64, 8, 8, 3), (128, 256, 128, 8, 8, 2)]
+# (A persistent variant, one program an SM walking the tiles with the tile loop flattened, passed the gate and
+# lost everywhere it was timed on the H200: 400-750 us against 222-232 us for the best tile here at 8192x8192x512
+# and 4096^3 with bias + GELU; it was removed. See docs/gpu_results.md.)
 
 
-def gemm_spec(region, tile, aligned: bool, out, programs: int | None = None):
-    """The ``gemm`` specialization of ``region`` under ``tile`` writing ``out``, and its grid; with ``programs``,
-    ``gemm_persistent``'s, at most that many programs."""
+def gemm_spec(region, tile, aligned: bool, out):
+    """The ``gemm`` specialization of ``region`` under ``tile`` writing ``out``, and its grid."""
     bm, bn, bk, group, _, _ = tile
     a, b, bias, res = region.a, region.b, region.bias, region.residual
     m, n, k = region.dims["m"], region.dims["n"], region.dims["k"]
     wide = needs_64bit(a, b, res, out)
     ptype = POINTER_TYPES[region.dtype]
-    spec = Spec(_kernel(programs is not None))
+    spec = Spec(_kernel())
     for name in ("a_ptr", "b_ptr", "c_ptr", "bias_ptr", "res_ptr"):
         spec.pointer(name, ptype, aligned)
     item = a.itemsize
@@ -62,17 +60,13 @@ def gemm_spec(region, tile, aligned: bool, out, programs: int | None = None):
                         ("ACTIVATION", ACTIVATION_CODES[region.activation]), ("HAS_BIAS", bias is not None),
                         ("HAS_RESIDUAL", res is not None), ("EVEN_K", k % bk == 0)):
         spec.constant(name, value)
-    tiles = -(-m // bm) * -(-n // bn)
-    if programs is not None:
-        spec.constant("PROGRAMS", min(programs, tiles))
-        return spec, (min(programs, tiles), 1, 1)
-    return spec, (tiles, 1, 1)
+    return spec, (-(-m // bm) * -(-n // bn), 1, 1)
 
 
-def _kernel(persistent: bool):
+def _kernel():
     from arbiter.candidates import gpu_triton
 
-    return gpu_triton.kernels().gemm_persistent if persistent else gpu_triton.kernels().gemm
+    return gpu_triton.kernels().gemm
 
 
 class TritonMatmul(TritonCandidate):
@@ -83,7 +77,7 @@ class TritonMatmul(TritonCandidate):
     plans = Memo()
 
     def param_space(self):
-        return [{"tile": list(t)} for t in TILES] + [{"tile": list(t), "persistent": True} for t in PERSISTENT]
+        return [{"tile": list(t)} for t in TILES]
 
     def applies_to(self, region):
         ok = self.check_dtype(region)
@@ -100,18 +94,16 @@ class TritonMatmul(TritonCandidate):
         tile = params["tile"]
         a, b = region.a, region.b
         layout = region.layout
-        key = (tile[0], tile[1], tile[2], tile[3], tile[4], tile[5], "persistent" in params, region.key.id, a.shape,
-               b.shape[1], aligned, self.device(),
+        key = (tile[0], tile[1], tile[2], tile[3], tile[4], tile[5], region.key.id, a.shape, b.shape[1], aligned,
+               self.device(),
                (a.strides, b.strides, region.residual.strides) if "S" in layout else None)
         plan = self.plans.get(key)
         if plan is None:
             m, n = region.dims["m"], region.dims["n"]
             if not (m and n):
                 return None
-            persistent = bool(params.get("persistent"))
-            spec, grid = gemm_spec(region, tuple(tile), aligned, out, self.sm_count() if persistent else None)
-            kernel = "gemm_persistent" if persistent else "gemm"
-            compiled = compile_spec(kernel, self.triton_backend, self.device(), spec, tile[4], tile[5])
+            spec, grid = gemm_spec(region, tuple(tile), aligned, out)
+            compiled = compile_spec("gemm", self.triton_backend, self.device(), spec, tile[4], tile[5])
             plan = self.plans[key] = LaunchPlan(compiled, grid, spec.values)
         return plan
 

@@ -32,9 +32,6 @@ class RocmTriton:
 
         return int(rocm.check(rocm.hip.hipGetDevice(), "hipGetDevice"))
 
-    def sm_count(self) -> int:
-        return int(targets.get("rocm").properties().multiProcessorCount)  # type: ignore[attr-defined]  # RocmTarget's
-
 
 class RocmTritonMatmul(RocmTriton, TritonMatmul):
     name = "rocm_triton_matmul"

@@ -29,8 +29,7 @@ def _cand(name="triton_matmul", op="matmul", target="nvidia"):
 def test_they_register_as_emitted_with_their_tiles_as_solution_indices():
     mm, gated = _cand(), _cand("triton_gated", "gated")
     assert mm.tier == gated.tier == Tier.EMITTED
-    assert [tuple(p["tile"]) for p in mm.param_space()] == triton_matmul.TILES + triton_matmul.PERSISTENT
-    assert [bool(p.get("persistent")) for p in mm.param_space()].count(True) == len(triton_matmul.PERSISTENT)
+    assert [tuple(p["tile"]) for p in mm.param_space()] == triton_matmul.TILES
     assert [tuple(p["tile"]) for p in gated.param_space()] == triton_gated.TILES
     for bm, bn, bk, group, warps, stages in triton_matmul.TILES + triton_gated.TILES:
         assert all(v & (v - 1) == 0 for v in (bm, bn, bk, warps)) and group >= 1 and stages >= 2
@@ -76,19 +75,17 @@ def _kernel_args(names):
 GEMM_ARGS = ["a_ptr", "b_ptr", "c_ptr", "bias_ptr", "res_ptr", "M", "N", "K", "stride_am", "stride_ak", "stride_bk",
              "stride_bn", "stride_cm", "stride_rm", "stride_rn", "BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M",
              "ACTIVATION", "HAS_BIAS", "HAS_RESIDUAL", "EVEN_K"]
-PERSISTENT_ARGS = [*GEMM_ARGS, "PROGRAMS"]
 
 
 @pytest.fixture
 def gemm_kernel(monkeypatch):
     monkeypatch.setattr(gpu_triton, "kernels", lambda: types.SimpleNamespace(gemm=_kernel_args(GEMM_ARGS),
-                                                                              gemm_persistent=_kernel_args(PERSISTENT_ARGS),
                                                                               gated=_kernel_args(GATED_ARGS)))
 
 
 def test_the_argument_lists_here_are_the_kernels():
     text = (Path(gpu_triton.__file__).parent / "_triton_kernels.py").read_text()
-    for kernel, names in (("gemm", GEMM_ARGS), ("gemm_persistent", PERSISTENT_ARGS), ("gated", GATED_ARGS)):
+    for kernel, names in (("gemm", GEMM_ARGS), ("gated", GATED_ARGS)):
         head = text.split(f"def {kernel}(", 1)[1].split("):", 1)[0]
         assert [p.split(":")[0].strip() for p in head.replace("\n", " ").split(",") if p.strip()] == names
 
@@ -114,16 +111,6 @@ def test_a_gemm_specialization_states_types_unit_strides_divisibility_and_flags(
 
     misaligned, _ = triton_matmul.gemm_spec(region, (64, 32, 32, 8, 4, 3), False, out)
     assert not {"a_ptr", "b_ptr", "c_ptr"} & {GEMM_ARGS[i] for i in misaligned.divisible}
-
-
-def test_the_persistent_kernel_runs_at_most_one_program_an_sm(gemm_kernel):
-    region = Matmul.random("cpu", "float16", {"m": 2000, "n": 2000, "k": 64})  # 16 x 16 tiles
-    out = np.empty((2000, 2000), np.float16)
-    spec, grid = triton_matmul.gemm_spec(region, (128, 128, 64, 8, 8, 3), True, out, programs=132)
-    assert grid == (132, 1, 1) and spec.constexprs["PROGRAMS"] == 132 and spec.values[-1] == 132
-    small = Matmul.random("cpu", "float16", {"m": 100, "n": 100, "k": 64})
-    spec, grid = triton_matmul.gemm_spec(small, (128, 128, 64, 8, 8, 3), True, np.empty((100, 100), np.float16), 132)
-    assert grid == (1, 1, 1) and spec.constexprs["PROGRAMS"] == 1  # no program without a tile
 
 
 def test_column_major_and_strided_operands_keep_their_strides(gemm_kernel):

@@ -70,7 +70,6 @@ def test_a_call_launches_the_compiled_kernel_with_device_pointers_on_the_null_st
     module = triton_matmul if op == "matmul" else triton_gated
     monkeypatch.setattr(module, "compile_spec", fake_compile)
     monkeypatch.setattr(gpu_triton, "kernels", lambda: types.SimpleNamespace(gemm=_signature("gemm"),
-                                                                              gemm_persistent=_signature("gemm_persistent"),
                                                                               gated=_signature("gated")))
     cand = _cand(name, op)
     monkeypatch.setattr(type(cand), "plans", type(cand).plans.__class__())
@@ -80,13 +79,10 @@ def test_a_call_launches_the_compiled_kernel_with_device_pointers_on_the_null_st
     tile = list(cand.param_space()[-1]["tile"])
     cand.run(region, cand.param_space()[-1])
     out = cand.run(region, cand.param_space()[-1])  # warm: the same plan, no second compile
-    params = cand.param_space()[-1]
-    kernel = "gated" if op == "gated" else "gemm_persistent" if params.get("persistent") else "gemm"
-    assert asked == [(kernel, "hip", 0, tile[4], tile[5])]
+    assert asked == [("gemm" if op == "matmul" else "gated", "hip", 0, tile[4], tile[5])]
     assert len(compiled.calls) == 2
     grid, args, stream = compiled.calls[-1]
-    # one program a tile (the persistent kernel: at most one a compute unit, 110 on the fake MI250X)
-    assert stream == 0 and grid == (min(-(-70 // tile[0]) * -(-33 // tile[1]), 110), 1, 1)
+    assert stream == 0 and grid == (-(-70 // tile[0]) * -(-33 // tile[1]), 1, 1)  # one program a tile
     pointers = ([region.a.ptr, region.b.ptr, out.ptr, region.bias.ptr, 0] if op == "matmul"
                 else [region.x.ptr, region.w_gate.ptr, region.w_up.ptr, out.ptr])
     assert list(args[:len(pointers)]) == pointers
