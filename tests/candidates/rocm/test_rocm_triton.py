@@ -61,10 +61,10 @@ class _Compiled:
 
 @pytest.mark.parametrize("name,op", [("rocm_triton_matmul", "matmul"), ("rocm_triton_gated", "gated")])
 def test_a_call_launches_the_compiled_kernel_with_device_pointers_on_the_null_stream(fake, monkeypatch, name, op):
-    compiled, asked = _Compiled(), []
+    compiled, asked = _Compiled(), types.SimpleNamespace(calls=[])  # (a namespace: digested by its type alone)
 
     def fake_compile(kernel, backend, device, spec, warps, stages):
-        asked.append((kernel, backend, device, warps, stages))
+        asked.calls.append((kernel, backend, device, warps, stages))
         return compiled
 
     module = triton_matmul if op == "matmul" else triton_gated
@@ -77,9 +77,10 @@ def test_a_call_launches_the_compiled_kernel_with_device_pointers_on_the_null_st
     region = (Matmul.random("rocm", "float16", dims, {"bias": "1", "activation": "relu"}) if op == "matmul"
               else Gated.random("rocm", "float16", dims, rng=np.random.default_rng(3)))
     tile = list(cand.param_space()[-1]["tile"])
+    before = cand.identity()
     cand.run(region, cand.param_space()[-1])
     out = cand.run(region, cand.param_space()[-1])  # warm: the same plan, no second compile
-    assert asked == [("gemm" if op == "matmul" else "gated", "hip", 0, tile[4], tile[5])]
+    assert asked.calls == [("gemm" if op == "matmul" else "gated", "hip", 0, tile[4], tile[5])]
     assert len(compiled.calls) == 2
     grid, args, stream = compiled.calls[-1]
     assert stream == 0 and grid == (-(-70 // tile[0]) * -(-33 // tile[1]), 1, 1)  # one program a tile
@@ -87,6 +88,7 @@ def test_a_call_launches_the_compiled_kernel_with_device_pointers_on_the_null_st
                 else [region.x.ptr, region.w_gate.ptr, region.w_up.ptr, out.ptr])
     assert list(args[:len(pointers)]) == pointers
     assert args[len(pointers):len(pointers) + 3] == (70, 33, 19)
+    assert cand.identity() == before  # plans and compiled kernels are state (Memo), not behaviour
 
 
 def _signature(kernel):
