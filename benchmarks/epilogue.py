@@ -9,7 +9,8 @@ bf16, 2048x8192x2048 (m x n x k) fp16 and 512x512x2048 fp16 (small: host cost sh
   ``arbiter.tune.tune_region`` measured and stored the key's winner (the default policy then serves it);
 * ``arbiter forced <name>``: the same call with the route forced to each vendor candidate
   (``arbiter.arbitrate(..., force=name)``, which still gates it): torch_addmm_act, torch_matmul, cupy_matmul,
-  cublaslt_matmul;
+  cublaslt_matmul; and to ``triton_matmul`` (its default tile; the epilogue, exact GELU included, in the GEMM's
+  kernel) where Triton is installed;
 * ``nvmath bare`` (when nvmath-python imports): a planned ``nvmath.linalg.advanced.Matmul`` whose ``execute()`` is
   called per call, as an nvmath user writes it (cuBLASLt's GELU_BIAS / C with beta = 1; no erf GELU there).
 
@@ -38,6 +39,7 @@ CONFIGS = [((4096, 4096, 4096), "float16"), ((4096, 4096, 4096), "bfloat16"), ((
 EPILOGUES = {"bias+gelu": ("gelu", True, False), "bias+gelu_tanh": ("gelu_tanh", True, False),
              "residual": ("none", False, True)}
 VENDOR = ("torch_addmm_act", "torch_matmul", "cupy_matmul", "cublaslt_matmul")
+EMITTED = ("triton_matmul",)  # forced beside the vendor candidates: the emitted kernel that fuses every epilogue
 SMALL = 512 * 512 * 2048  # at or below this many multiply-adds the host cost per call is reported too
 
 
@@ -115,7 +117,7 @@ def run_case(shape, dtype: str, epilogue: str, tune_budget: float) -> dict:
     decision = tune_region(make(), dispatch.store(), mode="device", budget_s=tune_budget)
     dispatch.configure(store=dispatch.store())  # clears the dispatch table: the next call loads the stored winner
     record("arbiter tuned", user, decision.winner.label)
-    for name in VENDOR:
+    for name in VENDOR + EMITTED:
         cand = REGISTRY.get(name, "nvidia", "matmul")
         if cand is None or cand.available() is not True:
             row["paths"][f"arbiter forced {name}"] = {"error": f"unavailable: {cand.available() if cand else 'absent'}"}

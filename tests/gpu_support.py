@@ -32,8 +32,9 @@ def _documented_text() -> str:
 
 def check_builtin_solution(cand, params, region) -> None:
     """Gate one built-in solution. A built-in that is unavailable fails (a kernel that stops compiling must
-    not turn into a skip), except when the optional package it documents (PyTorch, nvmath-python) is not installed; a
-    decline is allowed only with a reason written in the candidate code (``applies_to``), never an error text."""
+    not turn into a skip), except when the optional package it documents (PyTorch, nvmath-python, Triton) is not
+    installed; a decline is allowed only with a reason written in the candidate code (``applies_to``), never an
+    error text."""
     import importlib.util
 
     from arbiter.verify import verify
@@ -41,7 +42,7 @@ def check_builtin_solution(cand, params, region) -> None:
     ok = cand.available()
     if ok is not True:
         optional_missing = any(name in str(ok).lower() and importlib.util.find_spec(name) is None
-                               for name in ("torch", "nvmath"))
+                               for name in ("torch", "nvmath", "triton"))
         if optional_missing:
             pytest.skip(f"optional package missing: {ok}")
         pytest.fail(f"built-in {cand.name} is unavailable on a machine with a GPU: {ok}")

@@ -1,0 +1,47 @@
+"""Emitted Triton kernels on AMD GPUs: the nvidia target's Triton GEMM (epilogues fused) and fused SwiGLU, the same
+templates (``candidates/_triton_kernels.py``) compiled by Triton's HIP backend.
+
+Available where the rocm target is and Triton's active driver is HIP (a ROCm build of PyTorch beside Triton:
+Triton picks its driver through PyTorch); otherwise each says why, with the install hint. Unlike the hiprtc
+kernels, the epilogue is the kernel's own, so these serve fused epilogues and half precision. Launches go to the
+null stream, as the rocm target's other kernels do, through the compiled kernel's launcher (``gpu_triton``).
+"""
+from __future__ import annotations
+
+from arbiter import targets
+from arbiter.candidates import register
+from arbiter.candidates.nvidia.triton_gated import TritonGated
+from arbiter.candidates.nvidia.triton_matmul import TritonMatmul
+from arbiter.memo import Memo
+
+
+class RocmTriton:
+    """The rocm side of a Triton candidate: target, Triton backend ``hip``, the null stream, HIP's device."""
+
+    target = "rocm"
+    triton_backend = "hip"
+
+    def target_reason(self) -> bool | str:
+        return targets.get("rocm").available()
+
+    def stream(self) -> int:
+        return 0
+
+    def device(self) -> int:
+        from arbiter.targets import rocm
+
+        return int(rocm.check(rocm.hip.hipGetDevice(), "hipGetDevice"))
+
+
+class RocmTritonMatmul(RocmTriton, TritonMatmul):
+    name = "rocm_triton_matmul"
+    plans = Memo()
+
+
+class RocmTritonGated(RocmTriton, TritonGated):
+    name = "rocm_triton_gated"
+    plans = Memo()
+
+
+register(RocmTritonMatmul())
+register(RocmTritonGated())
