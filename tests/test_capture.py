@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import arbiter
-from arbiter import dispatch, targets
+from arbiter import Candidate, Tier, dispatch, targets
 from arbiter.regions import Matmul, RMSNorm, Softmax
 
 
@@ -26,6 +26,68 @@ def test_a_miss_while_capturing_names_the_key_and_a_warm_key_still_serves(monkey
     fresh = Softmax(rng.standard_normal((3, 1000)).astype(np.float32), -1)
     with pytest.raises(arbiter.CaptureMissError, match=f"^{fresh.key.id}: not decided before CUDA-graph capture"):
         arbiter.run_arbitrated("softmax", fresh)
+
+
+class _Softmax(Candidate):
+    """A CPU softmax that counts its calls; ``capturable`` as its name says."""
+
+    target, op = "cpu", "softmax"
+
+    def __init__(self, name, tier, capturable):
+        self.name, self.tier, self.capturable, self.calls = name, tier, capturable, 0
+
+    def run(self, region, params):
+        self.calls += 1
+        x = region.x - region.x.max(axis=-1, keepdims=True)
+        e = np.exp(x)
+        out = region.alloc_out()
+        out[...] = e / e.sum(axis=-1, keepdims=True)
+        return out
+
+
+def test_under_capture_a_winner_that_cannot_be_captured_hands_over_to_its_capturable_stand_in(
+        monkeypatch, only_candidates):
+    """Issue 26 item 1: the eager winner (HAND_TUNED, not capturable) serves outside capture; while capturing,
+    the best capturable solution of the key serves in its place, prepared outside the capture and listed as
+    a stand-in; never a crash."""
+    vendor, kernel = _Softmax("vendor_blas", Tier.HAND_TUNED, False), _Softmax("emitted", Tier.EMITTED, True)
+    only_candidates("cpu", "softmax", vendor, kernel)
+    monkeypatch.setattr(dispatch, "_may_capture", lambda region: True)  # the CPU target stands in for a GPU
+    x = np.random.default_rng(0).standard_normal((5, 7)).astype(np.float32)
+    want = arbiter.run_arbitrated("softmax", Softmax(x, -1))
+    assert (vendor.calls, kernel.calls) == (1, 0) or vendor.calls >= 1  # the gate may have run both
+    v0, k0 = vendor.calls, kernel.calls
+    monkeypatch.setattr(targets.get("cpu"), "capturing", lambda: True)
+    got = arbiter.run_arbitrated("softmax", Softmax(x, -1))
+    assert (vendor.calls, kernel.calls) == (v0, k0 + 1)
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    rows = {r["solution"]: r for r in arbiter.stats()}
+    assert rows["emitted"]["capture_standin_for"] == "vendor_blas" and rows["emitted"]["hits"] == 1
+    assert rows["vendor_blas"]["installed"] and not rows["emitted"]["installed"]
+    monkeypatch.setattr(targets.get("cpu"), "capturing", lambda: False)
+    arbiter.run_arbitrated("softmax", Softmax(x, -1))
+    assert (vendor.calls, kernel.calls) == (v0 + 1, k0 + 1)  # eager again: the winner
+
+
+def test_without_a_capturable_solution_capture_names_the_key_and_the_winner(monkeypatch, only_candidates):
+    vendor = _Softmax("vendor_blas", Tier.HAND_TUNED, False)
+    only_candidates("cpu", "softmax", vendor)
+    monkeypatch.setattr(dispatch, "_may_capture", lambda region: True)
+    region = Softmax(np.ones((3, 4), np.float32) + np.arange(4, dtype=np.float32), -1)
+    arbiter.run_arbitrated("softmax", region)
+    monkeypatch.setattr(targets.get("cpu"), "capturing", lambda: True)
+    with pytest.raises(arbiter.CaptureMissError, match=f"^{region.key.id}: its winner vendor_blas cannot be "
+                                                        "captured and no capturable solution"):
+        arbiter.run_arbitrated("softmax", region)
+
+
+def test_the_capturable_claim_is_part_of_every_candidate():
+    from arbiter.candidates import REGISTRY
+
+    REGISTRY.load_builtin("nvidia")
+    claims = {c.name: c.capturable for c in REGISTRY.all() if c.target == "nvidia"}
+    assert claims.get("cupy_gated") is False and claims.get("cupy_matmul") is False
+    assert claims.get("torch_gated") is True and claims.get("torch_matmul") is True
 
 
 def test_capture_without_a_cuda_torch_says_what_it_needs():
