@@ -412,11 +412,11 @@ def _miss(region, policy):
     st = store()
     env = envmod.environment(region.target)
     found, why_not = _stored(region, st, env)
-    if found is not None and region.torch_in is not None and found[1].chosen_by == ChosenBy.TIER \
-            and not getattr(found[0], "torch_native", False):
-        # A tier choice stored for another caller (CuPy arrays): a torch caller's tier order puts solutions
-        # without conversions first, so it decides for itself (verdicts come from the registry); the shared
-        # record stays as it is.
+    if found is not None and found[1].chosen_by == ChosenBy.TIER \
+            and getattr(found[0], "torch_native", False) != (region.torch_in is not None):
+        # A tier choice stored by the other kind of caller: a torch caller's tier order puts solutions without
+        # conversions first, a CuPy caller's does not, so this caller decides for itself (its verdicts come
+        # from the registry); the shared record stays as it is.
         found = None
     if found is not None:
         cand, record = found
