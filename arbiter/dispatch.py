@@ -63,8 +63,8 @@ class Route:
     (the key decided here), loads (a stored solution installed), fallbacks (a stand-in served; see
     ``CountDelta``). ``candidate`` and ``params`` are the solution's, kept for the hot path."""
 
-    __slots__ = ("key", "solution", "candidate", "params", "run", "run_torch", "chosen_by", "hits", "misses",
-                 "fallbacks", "loads", "flushed", "env", "capturable", "captured", "stands_in_for")
+    __slots__ = ("key", "solution", "candidate", "params", "run", "run_torch", "native", "chosen_by", "hits",
+                 "misses", "fallbacks", "loads", "flushed", "env", "capturable", "captured", "stands_in_for")
 
     def __init__(self, key, candidate, solution: Solution, chosen_by: ChosenBy, env):
         self.key, self.candidate, self.solution, self.chosen_by, self.env = key, candidate, solution, chosen_by, env
@@ -77,7 +77,8 @@ class Route:
         self.stands_in_for: Route | None = None  # set on a capture stand-in: the winner it replaces
         # A torch caller's call (region.torch_in set): a torch-native candidate runs as it is, any other
         # through run_for_torch (CuPy views, torch's stream). Chosen here, once, not on every call.
-        self.run_torch = candidate.run if getattr(candidate, "torch_native", False) else \
+        self.native = bool(getattr(candidate, "torch_native", False))
+        self.run_torch = candidate.run if self.native else \
             lambda region, params: run_for_torch(candidate, params, region)
         self.hits = self.misses = self.fallbacks = self.loads = 0
         self.flushed = (0, 0, 0, 0)
@@ -183,7 +184,14 @@ def run_arbitrated(op: str, region, *, policy: str | None = None):
         if not route.capturable:  # a winner that cannot be recorded into a CUDA graph
             route = _uncapturable(route, region)
         route.hits += 1
-    result = (route.run if torch_in is None else route.run_torch)(region, route.params)
+    if torch_in is None:
+        result = route.run(region, route.params)
+    else:
+        result = route.run_torch(region, route.params)
+        if route.native and region.out is None and region.torch_out is None and type(result) is not Fallback:
+            # a torch-native candidate's own tensor (no output allocated through the region, no out=): already
+            # the caller's type, for_caller's answer too
+            return result
     if type(result) is Fallback:  # the winner declined this instance: count it, serve its stand-in
         route.fallbacks += 1
         result = result.result
