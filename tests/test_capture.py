@@ -133,7 +133,9 @@ def test_a_captured_block_replays_new_inputs_as_eager_dispatch_computes_them(lib
         want = block(fresh, w, wt, b)  # eager dispatch of the same keys
         torch.testing.assert_close(torch.as_tensor(got, device="cuda").float(),
                                    torch.as_tensor(want, device="cuda").float(), rtol=2e-3, atol=2e-3)
-    hits = {r["op"]: r["hits"] for r in arbiter.stats()}
+    hits: dict = {}
+    for r in arbiter.stats():  # a winner that cannot be captured and its capture stand-in share the op's hits
+        hits[r["op"]] = hits.get(r["op"], 0) + r["hits"]
     # the first warm-up misses; the second, the capturing call and the two eager checks hit; replays run no Python
     assert hits == {"rmsnorm": 4, "matmul": 4, "softmax": 4}, hits
 
