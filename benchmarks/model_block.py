@@ -269,8 +269,8 @@ def summary(results: list[dict]) -> str:
 # --- the llama-style block (issue 26 item 6) ------------------------------------------------------------------
 # (tokens, d_model, dtype): a representative subset of 128-4096 tokens x 512-4096 d_model in the three dtypes,
 # host-bound to GEMM-bound, that fits a few minutes of device time (tuning and compiling cost the most).
-LLAMA_GRID = [(128, 512, "float16"), (512, 1024, "bfloat16"), (128, 4096, "float16"), (2048, 1024, "float16"),
-              (512, 512, "float32"), (2048, 2048, "bfloat16"), (1024, 4096, "float32"), (4096, 4096, "bfloat16")]
+LLAMA_GRID = [(128, 512, "float16"), (512, 1024, "bfloat16"), (2048, 2048, "bfloat16"), (128, 4096, "float16"),
+              (512, 512, "float32"), (4096, 4096, "bfloat16"), (2048, 1024, "float16"), (1024, 4096, "float32")]
 LLAMA_QUICK = [(128, 512, "float16"), (512, 1024, "bfloat16")]
 
 
