@@ -281,14 +281,17 @@ def bind(op: str, *operands, policy: str | None = None, **attrs) -> Bound:
 
 
 # --- misses -----------------------------------------------------------------
-def _route_for(decision_key, candidate, params, chosen_by: ChosenBy, env) -> Route:
+def _route_for(decision_key, candidate, params, chosen_by: ChosenBy, env, keep: bool = False) -> Route:
+    """The route of (key, solution), made once; ``keep``: an existing one keeps how it was chosen (a capture
+    stand-in may be another caller's installed winner)."""
     solution = Solution(candidate.name, params)
     ident = (decision_key.id, solution)
     with _state.lock:
         route = _state.routes.get(ident)
         if route is None or route.candidate is not candidate:
             route = _state.routes[ident] = Route(decision_key, candidate, solution, chosen_by, env)
-        route.chosen_by = chosen_by
+        elif not keep:
+            route.chosen_by = chosen_by
     return route
 
 
@@ -331,14 +334,19 @@ def _prepare_capture(route: Route, region, decision=None) -> None:
     else:
         from arbiter.errors import NoCandidateError
 
+        # ARBITER_DISABLE's routes keep their verdicts in memory: the registry is not opened for them either.
+        st = _state.scratch if route.chosen_by == ChosenBy.DISABLED and _state.scratch is not None else store()
         try:
-            found = select.decide(region, store(), gate_all=False, capturable_only=True)
+            found = select.decide(region, st, gate_all=False, capturable_only=True)
         except NoCandidateError:
             return
         _state.verified += found.verified_now
-        pick, chosen_by, env = found.winner, ChosenBy.TIER, found.env
-    standin = _route_for(region.key, pick.candidate, pick.params, chosen_by, env)
-    standin.stands_in_for = route
+        disabled = route.chosen_by == ChosenBy.DISABLED  # its counts are never flushed either
+        pick, chosen_by, env = found.winner, ChosenBy.DISABLED if disabled else ChosenBy.TIER, found.env
+    standin = _route_for(region.key, pick.candidate, pick.params, chosen_by, env, keep=True)
+    if standin.stands_in_for is None and standin is not _torch_table.get(region.key.id) \
+            and standin is not _table.get(region.key.id):
+        standin.stands_in_for = route  # listed as a stand-in unless it is some caller's installed winner
     route.captured = standin
 
 
