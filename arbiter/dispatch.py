@@ -449,12 +449,7 @@ def _miss(region, policy):
         # replace a measured or forced winner for every process (issue 20 item 4).
         decision = select.decide(region, st, prefer=nearest_winners(region, st, env))
     elif policy == MissPolicy.TUNE:
-        # Selection in the mode the caller runs (DESIGN.md contract 3): an eager caller's time includes its
-        # host work (stream: back-to-back calls, host work overlapping the previous kernel); a sequence that
-        # arbiter.capture records replays with no host work between kernels, so device time decides there.
-        # (On the CPU the modes coincide: device, as before.)
-        mode = TimingMode.DEVICE if _state.for_capture > 0 or region.target == "cpu" else TimingMode.STREAM
-        decision = tune_region(region, st, mode=mode)
+        decision = tune_region(region, st, mode=tune_mode(region))
     else:
         decision = decide_and_store(region, st, prefer=nearest_winners(region, st, env),  # the bucket ladder
                                     replace=False)
@@ -470,6 +465,17 @@ def _miss(region, policy):
         _announce(route, f"decided now, {decision.chosen_by}{margin}" + (f": {decision.note}" if decision.note else "")
                   + (f"; {why_not}" if why_not else ""), decision)
     return route
+
+
+def tune_mode(region) -> TimingMode:
+    """The timing mode a miss under policy tune decides ``region``'s key by: the mode the caller runs in
+    (DESIGN.md contract 3). An eager caller's time includes its host work (``stream``: back-to-back calls,
+    host work overlapping the previous kernel; small problems are host-bound); a sequence ``arbiter.capture``
+    records replays with no host work between kernels, so ``device`` time decides there. On the CPU the
+    modes coincide: ``device``."""
+    if _state.for_capture > 0 or region.target == "cpu":
+        return TimingMode.DEVICE
+    return TimingMode.STREAM
 
 
 def decide_and_store(region, st, *, force=None, prefer=None, gate_all=False, replace=True):

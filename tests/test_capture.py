@@ -259,3 +259,15 @@ def test_every_builtin_keeps_its_capturable_claim(op):
             f.write("\n".join(f"{op}: {line}" for line in ran) + "\n")
     print("\n".join(ran))
     assert not wrong, "; ".join(wrong)
+
+
+def test_a_miss_under_policy_tune_is_timed_in_the_mode_its_caller_runs():
+    """Issue 26 item 4: eager GPU callers are timed back to back (stream: host work counts), a sequence being
+    recorded by arbiter.capture by device time, the CPU by device time (its modes coincide)."""
+    from types import SimpleNamespace
+
+    gpu, cpu = SimpleNamespace(target="nvidia"), SimpleNamespace(target="cpu")
+    assert (dispatch.tune_mode(gpu), dispatch.tune_mode(cpu)) == ("stream", "device")
+    with dispatch.deciding_for_capture():
+        assert dispatch.tune_mode(gpu) == "device"
+    assert dispatch.tune_mode(gpu) == "stream"
