@@ -281,17 +281,14 @@ def bind(op: str, *operands, policy: str | None = None, **attrs) -> Bound:
 
 
 # --- misses -----------------------------------------------------------------
-def _route_for(decision_key, candidate, params, chosen_by: ChosenBy, env, keep: bool = False) -> Route:
-    """The route of (key, solution), made once; ``keep``: an existing one keeps how it was chosen (a capture
-    stand-in may be another caller's installed winner)."""
+def _route_for(decision_key, candidate, params, chosen_by: ChosenBy, env) -> Route:
     solution = Solution(candidate.name, params)
     ident = (decision_key.id, solution)
     with _state.lock:
         route = _state.routes.get(ident)
         if route is None or route.candidate is not candidate:
             route = _state.routes[ident] = Route(decision_key, candidate, solution, chosen_by, env)
-        elif not keep:
-            route.chosen_by = chosen_by
+        route.chosen_by = chosen_by
     return route
 
 
@@ -343,10 +340,13 @@ def _prepare_capture(route: Route, region, decision=None) -> None:
         _state.verified += found.verified_now
         disabled = route.chosen_by == ChosenBy.DISABLED  # its counts are never flushed either
         pick, chosen_by, env = found.winner, ChosenBy.DISABLED if disabled else ChosenBy.TIER, found.env
-    standin = _route_for(region.key, pick.candidate, pick.params, chosen_by, env, keep=True)
-    if standin.stands_in_for is None and standin is not _torch_table.get(region.key.id) \
-            and standin is not _table.get(region.key.id):
-        standin.stands_in_for = route  # listed as a stand-in unless it is some caller's installed winner
+    # Listed by stats() from its first call under capture (``_capture_route``), not before: a stand-in that
+    # never serves is no route of this process. An existing route (another caller's winner) is reused as is.
+    solution = Solution(pick.candidate.name, pick.params)
+    standin = _state.routes.get((region.key.id, solution))
+    if standin is None or standin.candidate is not pick.candidate:
+        standin = Route(region.key, pick.candidate, solution, chosen_by, env)
+        standin.stands_in_for = route
     route.captured = standin
 
 
@@ -367,6 +367,9 @@ def _capture_route(route: Route, region) -> Route:
         raise CaptureMissError(region.key, f"its winner {route.label} cannot be captured and no capturable "
                                            "solution was prepared for it: run the sequence once under "
                                            "arbiter.capture (or with torch imported) before capturing")
+    if standin.hits == 0 and standin.stands_in_for is not None:  # its first call: listed from now on
+        with _state.lock:
+            _state.routes.setdefault((standin.key.id, standin.solution), standin)
     return standin
 
 
