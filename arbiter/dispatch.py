@@ -42,7 +42,7 @@ from arbiter.errors import CaptureMissError, RegionError, StrictMissError
 from arbiter.ladder import nearest_winners
 from arbiter.ops import op_kind
 from arbiter.region_memo import builder_for, operand_signature
-from arbiter.solution import ChosenBy, Solution, TextEnum
+from arbiter.solution import ChosenBy, Solution, TextEnum, TimingMode
 from arbiter.store import CountDelta, MemoryStore, SolutionRecord, default_store, flusher
 from arbiter.tune import tune_region
 
@@ -64,16 +64,22 @@ class Route:
     (the key decided here), loads (a stored solution installed), fallbacks (a stand-in served; see
     ``CountDelta``). ``candidate`` and ``params`` are the solution's, kept for the hot path."""
 
-    __slots__ = ("key", "solution", "candidate", "params", "run", "run_torch", "chosen_by", "hits", "misses",
-                 "fallbacks", "loads", "flushed", "env")
+    __slots__ = ("key", "solution", "candidate", "params", "run", "run_torch", "native", "chosen_by", "hits",
+                 "misses", "fallbacks", "loads", "flushed", "env", "capturable", "captured", "stands_in_for")
 
     def __init__(self, key, candidate, solution: Solution, chosen_by: ChosenBy, env):
         self.key, self.candidate, self.solution, self.chosen_by, self.env = key, candidate, solution, chosen_by, env
         self.params = solution.params
         self.run = candidate.run
+        # Under CUDA-graph capture a route that cannot be captured hands over to ``captured``: the best
+        # capturable solution of its key, prepared outside the capture (``_prepare_capture``); None until then.
+        self.capturable = bool(getattr(candidate, "capturable", True))
+        self.captured: Route | None = self if self.capturable else None
+        self.stands_in_for: Route | None = None  # set on a capture stand-in: the winner it replaces
         # A torch caller's call (region.torch_in set): a torch-native candidate runs as it is, any other
         # through run_for_torch (CuPy views, torch's stream). Chosen here, once, not on every call.
-        self.run_torch = candidate.run if getattr(candidate, "torch_native", False) else \
+        self.native = bool(getattr(candidate, "torch_native", False))
+        self.run_torch = candidate.run if self.native else \
             lambda region, params: run_for_torch(candidate, params, region)
         self.hits = self.misses = self.fallbacks = self.loads = 0
         self.flushed = (0, 0, 0, 0)
@@ -89,6 +95,10 @@ class Route:
 class _State:
     def __init__(self):
         self.table: dict[str, Route] = {}  # key id -> installed route (the hot path reads only this)
+        # The same for torch callers: their winner is decided on their own tensors and tier order (a solution
+        # without DLPack conversions first), apart from a CuPy caller's of the same key (issue 26 item 3).
+        self.torch_table: dict[str, Route] = {}
+        self.for_capture = 0  # > 0 while arbiter.capture warms up and records (``deciding_for_capture``)
         self.routes: dict[tuple[str, Solution], Route] = {}  # (key id, solution) -> route, ever used
         self.lock = threading.RLock()
         self.policy: str | None = None  # the default miss policy (configure(policy=...))
@@ -99,10 +109,12 @@ class _State:
 
 _state = _State()
 _table = _state.table
+_torch_table = _state.torch_table
 
 
 def _on_registry_change():
     _table.clear()  # candidates changed: every key decides again on its next call
+    _torch_table.clear()
 
 
 REGISTRY.listeners.append(_on_registry_change)
@@ -145,11 +157,13 @@ def configure(*, store=None, policy: str | None = None, looser_accuracy: bool | 
     if audit is not None:
         _audit.configure(audit)
         _table.clear()  # every route is armed again, at the new rate, on its next miss
+        _torch_table.clear()
     with _state.lock:
         if store is not None:
             flush()
             _use_store(store)
             _table.clear()
+            _torch_table.clear()
             _state.routes.clear()
         if policy is not None:
             _state.policy = policy
@@ -171,12 +185,22 @@ def run_arbitrated(op: str, region, *, policy: str | None = None):
     """
     if op != region.op:
         raise RegionError("op", f"{op!r} does not match the region's op {region.op!r}")
-    route = _table.get(region.key.id)
+    torch_in = region.torch_in
+    route = (_table if torch_in is None else _torch_table).get(region.key.id)
     if route is None:
         route = _miss(region, policy)
     else:
+        if not route.capturable:  # a winner that cannot be recorded into a CUDA graph
+            route = _uncapturable(route, region)
         route.hits += 1
-    result = (route.run if region.torch_in is None else route.run_torch)(region, route.params)
+    if torch_in is None:
+        result = route.run(region, route.params)
+    else:
+        result = route.run_torch(region, route.params)
+        if route.native and region.out is None and region.torch_out is None and type(result) is not Fallback:
+            # a torch-native candidate's own tensor (no output allocated through the region, no out=): already
+            # the caller's type, for_caller's answer too
+            return result
     if type(result) is Fallback:  # the winner declined this instance: count it, serve its stand-in
         route.fallbacks += 1
         result = result.result
@@ -266,7 +290,7 @@ def bind(op: str, *operands, policy: str | None = None, **attrs) -> Bound:
 
 
 # --- misses -----------------------------------------------------------------
-def _install(decision_key, candidate, params, chosen_by: ChosenBy, env, counter: str | None) -> Route:
+def _route_for(decision_key, candidate, params, chosen_by: ChosenBy, env) -> Route:
     solution = Solution(candidate.name, params)
     ident = (decision_key.id, solution)
     with _state.lock:
@@ -274,11 +298,90 @@ def _install(decision_key, candidate, params, chosen_by: ChosenBy, env, counter:
         if route is None or route.candidate is not candidate:
             route = _state.routes[ident] = Route(decision_key, candidate, solution, chosen_by, env)
         route.chosen_by = chosen_by
-        _audit.arm(route, _table, store)  # the audit's sampling wrapper, or the candidate's run at rate 0
+    return route
+
+
+def _install(decision_key, candidate, params, chosen_by: ChosenBy, env, counter: str | None, region=None,
+             decision=None) -> Route:
+    """Install a solution for ``decision_key`` (in the torch callers' table when ``region`` is a torch
+    caller's). A winner that cannot be captured gets its capturable stand-in prepared now, where a capture
+    may follow (``_prepare_capture``; ``decision``: the rows it may pick from)."""
+    route = _route_for(decision_key, candidate, params, chosen_by, env)
+    with _state.lock:
         if counter is not None:
             setattr(route, counter, getattr(route, counter) + 1)
-        _table[decision_key.id] = route
+        torch_caller = region is not None and getattr(region, "torch_in", None) is not None
+        table = _torch_table if torch_caller else _table
+        _audit.arm(route, table, store)  # the audit's sampling wrapper, or the candidate's run at rate 0
+        table[decision_key.id] = route
+    if region is not None and not route.capturable and route.captured is None and _may_capture(region):
+        _prepare_capture(route, region, decision)
     return route
+
+
+# --- CUDA-graph capture -------------------------------------------------------
+def _may_capture(region) -> bool:
+    """Whether a capture of this key can follow: a CUDA graph needs torch (``arbiter.capture`` and
+    ``torch.cuda.graph`` alike), so a process that has not imported it never prepares stand-ins."""
+    return region.target != "cpu" and ("torch" in sys.modules or _state.for_capture > 0)
+
+
+def _prepare_capture(route: Route, region, decision=None) -> None:
+    """Set ``route.captured``: the solution that serves ``route``'s key under capture in its place. From a
+    tuned ``decision``, the fastest capturable solution it timed (device time under ``arbiter.capture``);
+    otherwise the first capturable one in tier order that passes the gate. Runs outside any capture (the
+    gate synchronises the device); a key without a capturable solution keeps None (``_capture_route``
+    then says so by name)."""
+    pick = None
+    rows = decision.rows if decision is not None else ()
+    timed = [r for r in rows if r.status == select.Status.PASSED and r.timing is not None
+             and getattr(r.candidate, "capturable", True)]
+    if timed:
+        pick = min(timed, key=lambda r: (r.timing.screened, r.timing.median_s))
+        chosen_by, env = ChosenBy.MEASURED, decision.env
+    else:
+        from arbiter.errors import NoCandidateError
+
+        # ARBITER_DISABLE's routes keep their verdicts in memory: the registry is not opened for them either.
+        st = _state.scratch if route.chosen_by == ChosenBy.DISABLED and _state.scratch is not None else store()
+        try:
+            found = select.decide(region, st, gate_all=False, capturable_only=True)
+        except NoCandidateError:
+            return
+        _state.verified += found.verified_now
+        disabled = route.chosen_by == ChosenBy.DISABLED  # its counts are never flushed either
+        pick, chosen_by, env = found.winner, ChosenBy.DISABLED if disabled else ChosenBy.TIER, found.env
+    # Listed by stats() from its first call under capture (``_capture_route``), not before: a stand-in that
+    # never serves is no route of this process. An existing route (another caller's winner) is reused as is.
+    solution = Solution(pick.candidate.name, pick.params)
+    standin = _state.routes.get((region.key.id, solution))
+    if standin is None or standin.candidate is not pick.candidate:
+        standin = Route(region.key, pick.candidate, solution, chosen_by, env)
+        standin.stands_in_for = route
+    route.captured = standin
+
+
+def _uncapturable(route: Route, region) -> Route:
+    """What serves a call whose winner cannot be captured: its capturable stand-in while the stream is being
+    captured; the winner otherwise (its stand-in prepared first inside ``deciding_for_capture``)."""
+    if targets.get(region.target).capturing():
+        return _capture_route(route, region)
+    if route.captured is None and _state.for_capture > 0:
+        _prepare_capture(route, region)
+    return route
+
+
+def _capture_route(route: Route, region) -> Route:
+    """Under capture: ``route``'s capturable stand-in, or a CaptureMissError naming the key and the winner."""
+    standin = route.captured
+    if standin is None:
+        raise CaptureMissError(region.key, f"its winner {route.label} cannot be captured and no capturable "
+                                           "solution was prepared for it: run the sequence once under "
+                                           "arbiter.capture (or with torch imported) before capturing")
+    if standin.hits == 0 and standin.stands_in_for is not None:  # its first call: listed from now on
+        with _state.lock:
+            _state.routes.setdefault((standin.key.id, standin.solution), standin)
+    return standin
 
 
 def _stored(region, st, env):
@@ -321,7 +424,7 @@ def _serve_disabled(region):
             _state.scratch = MemoryStore()
     decision = select.decide(region, _state.scratch, gate_all=False)
     route = _install(region.key, decision.winner.candidate, decision.winner.params, ChosenBy.DISABLED,
-                     decision.env, "misses")
+                     decision.env, "misses", region)
     if _switch("ARBITER_VERBOSE"):
         _announce(route, "ARBITER_DISABLE: tier default, registry not used", decision)
     return route
@@ -339,9 +442,15 @@ def _miss(region, policy):
     st = store()
     env = envmod.environment(region.target)
     found, why_not = _stored(region, st, env)
+    if found is not None and found[1].chosen_by == ChosenBy.TIER \
+            and getattr(found[0], "torch_native", False) != (region.torch_in is not None):
+        # A tier choice stored by the other kind of caller: a torch caller's tier order puts solutions without
+        # conversions first, a CuPy caller's does not, so this caller decides for itself (its verdicts come
+        # from the registry); the shared record stays as it is.
+        found = None
     if found is not None:
         cand, record = found
-        route = _install(region.key, cand, record.params, record.chosen_by, env, "loads")  # nothing decided
+        route = _install(region.key, cand, record.params, record.chosen_by, env, "loads", region)  # nothing decided
         if _switch("ARBITER_VERBOSE"):
             margin = "" if record.margin is None else f", margin {record.margin * 100:+.1f}%"
             _announce(route, f"stored, {record.chosen_by}{margin}" + (f": {record.note}" if record.note else ""))
@@ -354,7 +463,7 @@ def _miss(region, policy):
         # replace a measured or forced winner for every process (issue 20 item 4).
         decision = select.decide(region, st, prefer=nearest_winners(region, st, env))
     elif policy == MissPolicy.TUNE:
-        decision = tune_region(region, st)
+        decision = tune_region(region, st, mode=tune_mode(region))
     else:
         decision = decide_and_store(region, st, prefer=nearest_winners(region, st, env),  # the bucket ladder
                                     replace=False)
@@ -364,12 +473,23 @@ def _miss(region, policy):
     winner = decision.winner
     # A stored solution that could not be served makes this a fallback, not a plain miss.
     route = _install(region.key, winner.candidate, winner.params, decision.chosen_by, env,
-                     "fallbacks" if why_not else "misses")
+                     "fallbacks" if why_not else "misses", region, decision)
     if _switch("ARBITER_VERBOSE"):
         margin = "" if decision.margin is None else f", margin {decision.margin * 100:+.1f}%"
         _announce(route, f"decided now, {decision.chosen_by}{margin}" + (f": {decision.note}" if decision.note else "")
                   + (f"; {why_not}" if why_not else ""), decision)
     return route
+
+
+def tune_mode(region) -> TimingMode:
+    """The timing mode a miss under policy tune decides ``region``'s key by: the mode the caller runs in
+    (DESIGN.md contract 3). An eager caller's time includes its host work (``stream``: back-to-back calls,
+    host work overlapping the previous kernel; small problems are host-bound); a sequence ``arbiter.capture``
+    records replays with no host work between kernels, so ``device`` time decides there. On the CPU the
+    modes coincide: ``device``."""
+    if _state.for_capture > 0 or region.target == "cpu":
+        return TimingMode.DEVICE
+    return TimingMode.STREAM
 
 
 def decide_and_store(region, st, *, force=None, prefer=None, gate_all=False, replace=True):
@@ -397,7 +517,8 @@ def arbitrate(op: str, region, force: str | None = None):
     decision = decide_and_store(region, st, force=force, gate_all=True)
     _state.verified += decision.verified_now
     w = decision.winner
-    _install(region.key, w.candidate, w.params, decision.chosen_by, decision.env, None)  # not a dispatch yet
+    _install(region.key, w.candidate, w.params, decision.chosen_by, decision.env, None, region,
+             decision)  # not a dispatch yet
     return decision
 
 
@@ -408,15 +529,34 @@ def stats() -> list[dict]:
         return [
             {"key": r.key.id, "target": r.key.target, "op": r.key.op, "solution": r.label,
              "tier": r.candidate.tier.name, "policy": str(r.chosen_by), "hits": r.hits, "loads": r.loads,
-             "misses": r.misses, "fallbacks": r.fallbacks, "installed": _table.get(r.key.id) is r}
+             "misses": r.misses, "fallbacks": r.fallbacks,
+             "installed": _table.get(r.key.id) is r or _torch_table.get(r.key.id) is r,
+             # a capture stand-in: the solution serving under CUDA-graph capture in place of this winner
+             "capture_standin_for": r.stands_in_for.label if r.stands_in_for is not None else None}
             for r in _state.routes.values()
         ]
 
 
-def route(key) -> Route | None:
+def route(key, *, torch_caller: bool = False) -> Route | None:
     """The route installed for ``key`` (a ``ProblemKey`` or its id) in this process: what its next
-    ``run_arbitrated`` call serves; None while the key is undecided here."""
-    return _table.get(key if isinstance(key, str) else key.id)
+    ``run_arbitrated`` call serves (a torch caller's with ``torch_caller``); None while the key is undecided
+    here."""
+    return (_torch_table if torch_caller else _table).get(key if isinstance(key, str) else key.id)
+
+
+class deciding_for_capture:
+    """A block whose misses decide for CUDA-graph capture (``arbiter.capture``'s warm-up and recording):
+    under policy tune device time decides, and a winner that cannot be captured gets its capturable stand-in
+    prepared at once."""
+
+    def __enter__(self):
+        with _state.lock:
+            _state.for_capture += 1
+        return self
+
+    def __exit__(self, *exc):
+        with _state.lock:
+            _state.for_capture -= 1
 
 
 def verified_count() -> int:
@@ -477,6 +617,7 @@ def reset() -> None:
     (tests and benchmarks); the store stays."""
     with _state.lock:
         _table.clear()
+        _torch_table.clear()
         _state.routes.clear()
         _state.verified = 0
         _state.policy = None

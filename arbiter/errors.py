@@ -33,8 +33,11 @@ class CaptureMissError(ArbiterError, LookupError):
     graph. Deciding it runs the F4 gate (and, under policy tune, timing), which synchronise the device and
     cannot be captured: run the sequence once before capturing (``arbiter.capture`` does)."""
 
-    def __init__(self, key):
+    def __init__(self, key, why: str | None = None):
         self.key = key
+        if why is not None:  # a decided key whose winner cannot be captured and has no capturable stand-in
+            super().__init__(f"{key}: {why}")
+            return
         super().__init__(f"{key}: not decided before CUDA-graph capture; deciding it gates (and may time) "
                          "solutions, which synchronises the device and cannot be captured. Call the sequence "
                          "once before capturing it (arbiter.capture runs it first), or dispatch it outside capture")

@@ -14,6 +14,11 @@ What makes an arbitrated call capturable:
   raises ``CaptureMissError`` naming it (dispatch asks the target on every miss, so this holds for a
   capture made with ``torch.cuda.graph`` directly as well).
 * A warm call only builds its region, looks its route up and launches: no synchronisation.
+* Only capturable solutions serve under capture (``Candidate.capturable``; CuPy's cuBLAS calls refuse stream
+  capture): a winner that cannot be captured is replaced, while capturing, by the best capturable solution
+  of its key, prepared outside the capture (``arbiter.dispatch``; ``arbiter.stats()`` lists it with
+  ``capture_standin_for``). Under policy ``tune`` the keys first decided inside ``capture`` are timed in device
+  mode (a replay has no host work between kernels); eager callers' keys in stream mode.
 * Memory comes from the graph's own pool: torch tensors from torch's (``torch.cuda.graph``), and while
   capturing, CuPy's allocations also come from torch's caching allocator on the capturing stream, so a CuPy
   temporary or output lives in that pool too and is not handed to anyone else between replays.
@@ -47,17 +52,20 @@ def capture(fn, *args, warmup: int = 2, **kwargs) -> Captured:
     data into them (``x.copy_(...)``, ``x[...] = ...``) before ``replay()``."""
     if warmup < 1:
         raise ValueError(f"warmup: {warmup} must be at least 1 (keys are decided outside the capture)")
+    from arbiter.dispatch import deciding_for_capture
+
     torch = _torch()
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side), _cupy_follows_torch(torch, allocate=False):
-        for _ in range(warmup):  # torch's recipe: warm up on a side stream, so lazy handles are made outside
-            fn(*args, **kwargs)
-    torch.cuda.current_stream().wait_stream(side)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph), _cupy_follows_torch(torch, allocate=True):
-        outputs = fn(*args, **kwargs)
+    with deciding_for_capture():  # misses decide for a graph: device time, capturable stand-ins prepared
+        with torch.cuda.stream(side), _cupy_follows_torch(torch, allocate=False):
+            for _ in range(warmup):  # torch's recipe: warm up on a side stream, so lazy handles are made outside
+                fn(*args, **kwargs)
+        torch.cuda.current_stream().wait_stream(side)
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph), _cupy_follows_torch(torch, allocate=True):
+            outputs = fn(*args, **kwargs)
     return Captured(graph, outputs)
 
 

@@ -162,22 +162,24 @@ def signature(cls, args: tuple, kwargs: dict):
         sig = [cls, tuple(kwargs)]
     else:
         values, sig = args, [cls]
-    add = sig.append
+    extend = sig.extend
     arrays = []
     for i, v in enumerate(values):
         kind = type(v)
         family = _families.get(kind)
         if family is None:
             family = _family_of(v)
-        add(kind)
-        if family == SCALAR:
-            add(v)
-            continue
-        fields = _FIELDS.get(family)
-        if fields is None:
-            return None
-        sig += fields(v)
-        arrays.append(i)
+        if family == TORCH:  # a torch caller's tensors: the hot case, read inline (_FIELDS[TORCH])
+            extend((kind, v.shape, v.dtype, v.stride(), v.device))
+            arrays.append(i)
+        elif family == SCALAR:
+            extend((kind, v))
+        else:
+            fields = _FIELDS.get(family)
+            if fields is None:
+                return None
+            extend((kind, *fields(v)))
+            arrays.append(i)
     return tuple(sig), values, arrays
 
 

@@ -79,9 +79,13 @@ def _reason(result, default: str) -> str:
     return result if isinstance(result, str) and result else default
 
 
-def screen_row(cand: Candidate, params: dict, region) -> Row:
-    """A row with availability, applicability and delegate coverage checked (not gated)."""
+def screen_row(cand: Candidate, params: dict, region, capturable_only: bool = False) -> Row:
+    """A row with availability, applicability and delegate coverage checked (not gated); with
+    ``capturable_only``, a candidate that cannot be recorded into a CUDA graph is excluded."""
     row = Row(cand, params)
+    if capturable_only and not getattr(cand, "capturable", True):
+        row.status, row.reason = Status.EXCLUDED, "not capturable: cannot be recorded into a CUDA graph"
+        return row
     avail = cand.available()
     if avail is not True:
         row.status, row.reason = Status.EXCLUDED, "unavailable: " + _reason(avail, "available() is False")
@@ -101,10 +105,20 @@ def screen_row(cand: Candidate, params: dict, region) -> Row:
     return row
 
 
-def screen(region, all_params: bool = False) -> list[Row]:
-    """Rows for every candidate of (target, op), in tier order; checked but not gated."""
-    return [screen_row(cand, params, region)
-            for cand in REGISTRY.candidates(region.target, region.op)
+def tier_order(region) -> list[Candidate]:
+    """The candidates of (target, op) in tier order. For a torch caller (``region.torch_in``), within each tier
+    the solutions that take its tensors as they are (``torch_native``: no DLPack views, torch's own stream and
+    allocator) come first: a conversion costs such a caller host time on every call (issue 26 item 3)."""
+    found = REGISTRY.candidates(region.target, region.op)
+    if getattr(region, "torch_in", None) is not None:
+        found = sorted(found, key=lambda c: (-int(c.tier), not getattr(c, "torch_native", False)))  # stable
+    return found
+
+
+def screen(region, all_params: bool = False, capturable_only: bool = False) -> list[Row]:
+    """Rows for every candidate of (target, op), in tier order (``tier_order``); checked but not gated."""
+    return [screen_row(cand, params, region, capturable_only)
+            for cand in tier_order(region)
             for params in (cand.param_space() if all_params else cand.param_space()[:1])]
 
 
@@ -119,7 +133,8 @@ def gate(row: Row, region, store, env, verifier=None) -> bool:
 
 
 def decide(region, store, *, force: str | None = None, prefer: list[Solution] | None = None,
-           gate_all: bool = True, all_params: bool = False, verifier=None) -> Decision:
+           gate_all: bool = True, all_params: bool = False, verifier=None,
+           capturable_only: bool = False) -> Decision:
     """Choose a solution for ``region``'s key.
 
     ``force``: the candidate name to use (it must still pass the gate).
@@ -127,10 +142,11 @@ def decide(region, store, *, force: str | None = None, prefer: list[Solution] | 
     ``gate_all``: verify every applicable row (for ``explain``); otherwise stop at the first pass.
     ``all_params``: a row per parameter set (tuning); otherwise each candidate's default only.
     ``verifier``: replaces ``verify.verify`` for verdicts not yet stored (crash isolation).
+    ``capturable_only``: only candidates that can be recorded into a CUDA graph (``Candidate.capturable``).
     Raises NoCandidateError (listing every row and its reason) when nothing passes.
     """
     env = envmod.environment(region.target)
-    rows = screen(region, all_params)
+    rows = screen(region, all_params, capturable_only)
     order = [r for r in rows if r.status == Status.PENDING]
     if force is not None:
         if not any(r.candidate.name == force for r in rows):
@@ -142,7 +158,7 @@ def decide(region, store, *, force: str | None = None, prefer: list[Solution] | 
         for hint in prefer:
             cand = REGISTRY.get(hint.candidate_name, region.target, region.op)
             if cand is not None:
-                row = screen_row(cand, hint.params, region)
+                row = screen_row(cand, hint.params, region, capturable_only)
                 if row.status == Status.PENDING:
                     hinted.append(row)
         same = {r.solution for r in hinted}

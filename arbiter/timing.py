@@ -29,8 +29,10 @@ How (DESIGN.md contract 3):
   synchronize, what a Python caller waits, launch overhead included; ``stream``:
   ``STREAM_CALLS`` calls back to back between two events, per call, the regime
   of a model running eagerly, where host work overlaps the previous kernel.
-  On the CPU the three coincide. Selection uses ``device`` unless told
-  otherwise (``tune_region(mode=...)``, ``arbiter tune --mode``).
+  On the CPU the three coincide. ``tune_region`` and ``arbiter tune`` select by
+  ``device`` unless told otherwise (``mode=``, ``--mode``); a miss under policy
+  ``tune`` selects in the mode its caller runs (``dispatch.tune_mode``: ``stream``
+  for an eager GPU caller, ``device`` inside ``arbiter.capture``).
 """
 from __future__ import annotations
 

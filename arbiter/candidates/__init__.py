@@ -146,6 +146,7 @@ class Candidate:
     * ``launch_signature(region, params)`` -> equal for parameter sets that run the same code on ``region``.
     * ``identity()`` -> the code identity: changes whenever the code that computes the result does,
       so verdicts are taken again.
+    * ``capturable`` (class attribute): False when ``run`` cannot be recorded into a CUDA graph.
     """
 
     name: str = ""
@@ -154,6 +155,14 @@ class Candidate:
     tier: Tier = Tier.HAND_TUNED
     priority: int = 0  # order within a tier: higher first
     contract: Contract | None = None
+    # Whether ``run`` may be recorded into a CUDA graph (stream capture): no host synchronisation, no library
+    # call that refuses capture (CuPy's cuBLAS handle raises "calling cuBLAS API during stream capture").
+    # Under capture only capturable solutions serve (``arbiter.dispatch``); tests/test_capture.py checks each
+    # built-in's claim on a GPU.
+    capturable: bool = True
+    # Whether ``run`` takes a torch caller's tensors as they are, on torch's current stream (no DLPack views):
+    # a torch caller's tier default prefers such solutions within a tier (``arbiter.select.screen``).
+    torch_native: bool = False
 
     def available(self) -> bool | str:
         return True
@@ -210,10 +219,10 @@ class FunctionCandidate(Candidate):
     """A plain function ``fn(region) -> output`` registered with ``@arbiter.candidate``."""
 
     def __init__(self, fn: Callable, name, target, op, tier, priority=0, contract=None,
-                 available=None, applies_to=None):
+                 available=None, applies_to=None, capturable=True):
         self.fn = fn
         self.name, self.target, self.op, self.tier = name, target, op, Tier(tier)
-        self.priority, self.contract = priority, contract
+        self.priority, self.contract, self.capturable = priority, contract, bool(capturable)
         self._available, self._applies = available, applies_to
 
     def available(self):
@@ -553,12 +562,14 @@ def unregister(name: str, target: str, op: str) -> Candidate:
 
 
 def candidate(*, op: str, target: str = "cpu", tier: Tier = Tier.HAND_TUNED, name: str | None = None,
-              priority: int = 0, contract: Contract | None = None, available=None, applies_to=None):
-    """Decorator: register a plain function ``fn(region) -> output`` as a candidate."""
+              priority: int = 0, contract: Contract | None = None, available=None, applies_to=None,
+              capturable: bool = True):
+    """Decorator: register a plain function ``fn(region) -> output`` as a candidate (``capturable=False``: it
+    cannot be recorded into a CUDA graph, so it never serves under capture)."""
 
     def wrap(fn):
         REGISTRY.register(FunctionCandidate(fn, name or fn.__name__, target, op, tier, priority,
-                                            contract, available, applies_to))
+                                            contract, available, applies_to, capturable))
         return fn
 
     return wrap

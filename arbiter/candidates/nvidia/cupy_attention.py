@@ -12,6 +12,7 @@ from arbiter.candidates.nvidia._cuda import NvidiaCandidate, cupy
 
 class CupyAttention(NvidiaCandidate):
     name = "cupy_attention"
+    capturable = False  # cupy.matmul takes CuPy's cuBLAS handle, which raises under stream capture
     op = "attention"
     tier = Tier.COMPOSED  # generic CuPy passes: the reference of last resort, not a vendor kernel
     priority = 10

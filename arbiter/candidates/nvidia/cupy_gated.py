@@ -20,6 +20,7 @@ def swiglu():
 
 class CupyGated(NvidiaCandidate):
     name = "cupy_gated"
+    capturable = False  # cupy.matmul takes CuPy's cuBLAS handle, which raises under stream capture
     op = "gated"
     tier = Tier.HAND_TUNED
     priority = 10

@@ -9,6 +9,7 @@ from arbiter.candidates.nvidia._cuda import NvidiaCandidate, compose_epilogue, c
 
 class CupyMatmul(NvidiaCandidate):
     name = "cupy_matmul"
+    capturable = False  # cupy.matmul takes CuPy's cuBLAS handle, which raises under stream capture
     op = "matmul"
     tier = Tier.HAND_TUNED
     priority = 10  # the lead-safe default: cuBLAS

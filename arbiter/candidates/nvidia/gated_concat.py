@@ -18,6 +18,7 @@ THREADS = 256
 
 class GatedConcat(NvidiaCandidate):
     name = "gated_concat"
+    capturable = False  # cupy.matmul takes CuPy's cuBLAS handle, which raises under stream capture
     op = "gated"
     tier = Tier.EMITTED
     priority = 6
