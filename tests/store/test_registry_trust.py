@@ -165,3 +165,24 @@ def test_export_env_out_never_writes_through_a_file_another_user_created_first(s
     assert len(list(shared.glob("system.db.partial-*"))) == last - first + 1  # theirs only, untouched
     with sqlite3.connect(f"file:{out}?mode=ro", uri=True) as conn:
         assert conn.execute("SELECT count(*) FROM solutions").fetchone()[0] >= 1
+
+
+def test_on_a_server_a_flipped_verdict_is_gated_again_and_doctor_names_it(postgres):
+    # A server database: anyone with its credentials writes it, so a passed verdict counts only if this user's
+    # gate vouched for it (its ledger, in the private cache folder).
+    db = postgres.new()
+    env = _env(Path("unused"), ARBITER_DB=db)
+    first = _victim({**env, "POLICY": "tune"})
+    assert first["served"] != "inexact_softmax"
+    assert _victim(env)["verified"] == 0  # this user's own verdicts: warm on a server too
+    postgres.script(db, "UPDATE verdicts SET passed = TRUE, reason = '' WHERE identity IN "
+                        "(SELECT identity FROM candidates WHERE name = 'inexact_softmax'); "
+                        "UPDATE solutions SET candidate = 'inexact_softmax', identity = (SELECT identity FROM "
+                        "candidates WHERE name = 'inexact_softmax'), params = '{}'")
+    doctor = _doctor(env)
+    out = " ".join(doctor.stdout.split())
+    assert doctor.returncode == 1 and "inexact_softmax rests on a passed verdict your gate did not compute" in out, out
+    after = _victim(env)
+    assert after["served"] != "inexact_softmax" and after["err"] < 1e-5 and after["verified"] >= 1, after
+    assert postgres.query(db, "SELECT v.passed FROM verdicts v JOIN candidates c ON v.identity = c.identity "
+                              "WHERE c.name = 'inexact_softmax'") == [(False,)]

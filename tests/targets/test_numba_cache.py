@@ -183,3 +183,26 @@ def test_following_the_printed_advice_removes_what_another_user_planted_in_the_c
     assert Path(second.stdout.split("CACHE ", 1)[1].strip()) == mine / "synth" / "cpu"
     assert not marker.exists(), "the planted pickle was unpickled"
     assert not any(p.exists() for p in planted)
+
+
+@needs_other_user
+def test_a_file_of_another_user_inside_a_sound_cache_folder_is_named_and_the_advice_removes_it(shared, monkeypatch):
+    # Before: only the folders were checked: another user's index inside a folder of ours (planted while it was
+    # open, before a `chmod go-w`) was accepted and would be unpickled.
+    from arbiter import cachedir
+
+    mine = shared / "mine"
+    folder = mine / "numba" / "candidates_0123"
+    folder.mkdir(parents=True)
+    for d in (mine, mine / "numba", folder):
+        d.chmod(0o755)
+    folder.chmod(0o777)
+    _as_other(f"echo planted > {folder}/k.kernel-14.py311.nbi")
+    folder.chmod(0o755)  # what `chmod go-w` did: the folder is sound now, the planted file is still there
+    monkeypatch.setenv("ARBITER_CACHE_DIR", str(mine))
+    why = cachedir.unsafe_reason(mine / "numba", mine)
+    assert why is not None and f"{folder}/k.kernel-14.py311.nbi is owned by {OTHER}" in why, why
+    [advice] = re.findall(r"\(`([^`]+)` makes it yours alone", why)
+    subprocess.run(["bash", "-c", advice], check=True)
+    assert cachedir.unsafe_reason(mine / "numba", mine) is None and folder.is_dir()
+    assert not (folder / "k.kernel-14.py311.nbi").exists()
