@@ -108,6 +108,7 @@ class SqlStore(Database, Store):
         path = sqlite_path(url)
         where = path or make_url(url).render_as_string(hide_password=True)
         fix = fix or (SYSTEM_FIX if readonly else repair_hint(where))
+        refused = None  # why another user could write this file (opened anyway only when named)
         if path is not None:
             if readonly:
                 try:
@@ -120,17 +121,17 @@ class SqlStore(Database, Store):
             why = None if readonly else unwritable_reason(path)
             if why is not None:
                 raise UnwritableRegistry(f"{path}: cannot be written: {why}.", readable=os.access(path, os.R_OK))
-            why = trust.refusal(path)
-            if why is not None and not trust.named_trusted(path):
-                raise UntrustedRegistry(f"{path}: {why}. {trust.refusal_fix(path)}")
+            refused = trust.refusal(path)
+            if refused is not None and not trust.named_trusted(path):
+                raise UntrustedRegistry(f"{path}: {refused}. {trust.refusal_fix(path)}")
             if not open_here(path):  # checked when first opened here; re-reading it would drop SQLite's locks
                 check_sqlite_file(path, fix)
         super().__init__(url, where=where, path=path, readonly=readonly, fix=fix)
         self.persistent = not readonly
         # Whether a stored verdict is taken as it is: only where no one but this user or root can have written it
         # (a file that passed trust.refusal); elsewhere a passed verdict must be in this user's ledger.
-        self.trusts_verdicts = (path is None and sqlite_path(url) is None and make_url(url).get_backend_name()
-                                == "sqlite") or (path is not None and trust.refusal(path) is None)
+        # A server database is written by anyone with its credentials.
+        self.trusts_verdicts = refused is None and (path is not None or make_url(url).get_backend_name() == "sqlite")
         self._solutions: dict[tuple[str, str], SolutionRecord] = {}
         self._verdicts: dict[VerdictKey, Verdict] = {}
         self._loaded: set[tuple[str, str]] = set()  # ("solutions"|"verdicts", env) already bulk-loaded
