@@ -12,7 +12,8 @@ it. ``private_dir("synth", "cpu")`` is ``<root>/synth/cpu`` where the root is
    naming what was refused and why.
 
 A folder is used only when it passes ``unsafe_reason``: the root and every folder below it that leads to the
-kernels (and their ``__pycache__``) are owned by this user and not writable by group or others; every folder
+kernels, and every file, folder and link inside that (``__pycache__``, numba's index files), are owned by this
+user and not writable by group or others (no links inside); every folder
 above the root is owned by this user or root and is not writable by others unless sticky (``/tmp``: others may
 not rename or remove what is ours in it). Missing folders are created with mode 0700. Symbolic links are
 resolved first, so a link planted to another user's folder is judged by that folder.
@@ -22,6 +23,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import shlex
 import shutil
 import stat
 import tempfile
@@ -53,26 +55,69 @@ def _who(uid: int) -> str:
 
 
 def unsafe_reason(path: Path, root: Path) -> str | None:
-    """Why importing from ``path`` (inside ``root``) could run another user's code; None when it cannot."""
+    """Why importing from ``path`` (inside ``root``) could run another user's code; None when it cannot.
+
+    Checks the folders from ``/`` down to ``path`` and then everything inside ``path`` (files, subfolders such
+    as ``__pycache__``, links): a file another user planted, or one others may rewrite, is unpickled or imported
+    as ours. The reason ends with one command that fixes all it found (``chmod go-w`` on our folders, ``rm -rf``
+    of what was planted or is writable by others: it is a cache, its kernels are compiled again).
+    """
     me = os.geteuid()
     real, real_root = Path(os.path.realpath(path)), Path(os.path.realpath(root))
-    pycache = real / "__pycache__"
-    chain = [*reversed(real.parents), real] + ([pycache] if pycache.exists() else [])  # outermost fault first
-    for d in chain:
+    found: list[str] = []
+    chmod: list[Path] = []
+    remove: list[str] = []
+    for d in [*reversed(real.parents), real]:  # outermost fault first
         st = os.stat(d)
         mode = stat.S_IMODE(st.st_mode)
-        ours = d in (pycache, real, real_root) or real_root in d.parents
+        ours = d in (real, real_root) or real_root in d.parents
         if ours:
             if st.st_uid != me:
-                return f"{d} is owned by {_who(st.st_uid)}, not by you ({_who(me)})"
+                return (f"{d} is owned by {_who(st.st_uid)}, not by you ({_who(me)}); use a folder of your own "
+                        f"(ARBITER_CACHE_DIR), or remove it (`rm -rf {shlex.quote(str(d))}`: it is a cache)")
             if mode & 0o022:
-                return f"{d} is writable by others (mode {mode:04o}; `chmod go-w {d}` makes it yours alone)"
+                found.append(f"{d} is writable by others (mode {mode:04o})")
+                chmod.append(d)
         else:
             if st.st_uid not in (me, 0):
                 return f"{d}, a folder above it, is owned by {_who(st.st_uid)}"
             if mode & 0o022 and not mode & stat.S_ISVTX:
                 return f"{d}, a folder above it, is writable by others (mode {mode:04o}) and not sticky"
-    return None
+    for entry, why in _inside(real, me):
+        found.append(f"{entry} {why}")
+        remove.append(shlex.quote(entry))
+    if not found:
+        return None
+    shown = "; ".join(found[:3]) + (f"; and {len(found) - 3} more" if len(found) > 3 else "")
+    fix = " && ".join(([f"chmod go-w {' '.join(shlex.quote(str(d)) for d in chmod)}"] if chmod else [])
+                      + ([f"rm -rf {' '.join(remove)}"] if remove else []))
+    return f"{shown} (`{fix}` makes it yours alone" + ("; removed entries are compiled again)" if remove else ")")
+
+
+def _inside(folder: Path, me: int):
+    """(entry, why) for each file, folder or link under ``folder`` that another user owns or may write.
+
+    A folder found so is reported without its contents (removing it removes them); links are reported as such:
+    nothing the arbiter or numba writes here is a link."""
+    for dirpath, dirnames, filenames in os.walk(folder):
+        keep = []
+        for name in sorted(dirnames) + sorted(filenames):
+            entry = os.path.join(dirpath, name)
+            try:
+                st = os.lstat(entry)
+            except FileNotFoundError:  # removed meanwhile (another process of ours replacing a cache file)
+                continue
+            mode = stat.S_IMODE(st.st_mode)
+            if stat.S_ISLNK(st.st_mode):
+                yield entry, f"is a symbolic link (to {os.readlink(entry)})"
+            elif st.st_uid != me:
+                yield entry, f"is owned by {_who(st.st_uid)}"
+            elif mode & 0o022:
+                yield entry, (f"is writable by others (mode {mode:04o})"
+                              + (": anything in it may be another user's" if name in dirnames else ""))
+            elif name in dirnames:
+                keep.append(name)
+        dirnames[:] = keep  # descend only into folders found sound
 
 
 def _make(path: Path, root: Path) -> None:

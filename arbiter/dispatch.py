@@ -183,8 +183,12 @@ def run_arbitrated(op: str, region, *, policy: str | None = None):
     Raises RegionError when ``op`` does not match the region, NoCandidateError when no
     candidate may serve the key, StrictMissError on an unseen key under policy ``strict``.
     """
-    if op != region.op:
-        raise RegionError("op", f"{op!r} does not match the region's op {region.op!r}")
+    try:
+        region_op = region.op
+    except AttributeError:  # not a region (None, an array): said here rather than as an AttributeError
+        raise RegionError("region", _not_a_region(op, region)) from None
+    if op != region_op:
+        raise RegionError("op", f"{op!r} does not match the region's op {region_op!r}")
     torch_in = region.torch_in
     route = (_table if torch_in is None else _torch_table).get(region.key.id)
     if route is None:
@@ -205,6 +209,15 @@ def run_arbitrated(op: str, region, *, policy: str | None = None):
         route.fallbacks += 1
         result = result.result
     return result if region.back is None else region.for_caller(result)
+
+
+def _not_a_region(op: str, region) -> str:
+    from arbiter.ops import OPS
+
+    kind = OPS.get(op)
+    build = (f"arbiter.regions.{kind.region_type.__name__}(...) for op {op!r}" if kind is not None else
+             f"the region type of op {op!r} (known ops: {', '.join(sorted(OPS))})")
+    return f"a {type(region).__name__} is not a region; build one from the operands with {build}"
 
 
 # --- bound handles (hot loops) -----------------------------------------------

@@ -16,13 +16,17 @@ time.
 """
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import numpy as np
 
 from arbiter.memo import Memo
 
-_MAX = 65536  # recipes; the memo is cleared when full (a shape-churning caller must not grow it forever)
+# The memo is emptied when its recipes would hold more than this (a shape-churning caller, e.g. varying batch
+# sizes, must not grow it forever: 65,536 recipes held about 240 MiB). A softmax recipe is about 3.4 KiB
+# (tracemalloc), so this keeps some 4,000 to 5,000 signatures; ``_cost`` overestimates, never under.
+_BUDGET = 16 << 20
 SCALAR, TORCH, CUPY, NUMPY, OTHER = range(5)  # argument families: how a signature reads an argument
 # type -> family; scalars are known from the start, array types are classified when first seen.
 _families: Memo = Memo({t: SCALAR for t in (type(None), bool, int, float, str, np.float16, np.float32, np.float64,
@@ -103,7 +107,7 @@ def _builder(cls, fixed, places, torch_names):
         lines.append("    r.torch_in = {" + ", ".join(f"{name!r}: values[{i}]" for name, i in torch_names) + "}")
     lines.append("    return r")
     exec("\n".join(lines), namespace)  # slot names are identifiers and names are repr'd: nothing else enters
-    return namespace["build"]
+    return namespace.pop("build")  # not kept in its own globals: no cycle, freed as soon as the memo drops it
 
 
 def _holds_array(value) -> bool:
@@ -122,6 +126,41 @@ def slots_of(cls) -> tuple[str, ...]:
     return names
 
 
+def _cost(sig: tuple, build) -> int:
+    """Bytes a recipe holds, estimated from above: its signature and, for a build function, the function,
+    its code, its namespace and the slot values it keeps (objects shared between recipes, such as small ints or
+    a problem key, are counted again; the builtins and the class are not)."""
+    n = sys.getsizeof(sig) + sum(sys.getsizeof(v) for v in sig)
+    if build is not None:
+        code, namespace = build.__code__, build.__globals__
+        n += (sys.getsizeof(build) + sys.getsizeof(code) + sys.getsizeof(code.co_code)
+              + sys.getsizeof(code.co_consts) + sys.getsizeof(code.co_names) + sys.getsizeof(namespace)
+              + sum(sys.getsizeof(v) for k, v in namespace.items() if k[0] == "c" and k[1:].isdigit()))
+    return n
+
+
+class Recipes(Memo):
+    """signature -> build function (None: the full path), bounded by the bytes they hold (``_BUDGET``):
+    emptied when the next recipe would pass it. ``held`` is the estimate (``_cost``) of what it holds now."""
+
+    __slots__ = ("held",)
+
+    def __init__(self):
+        super().__init__()
+        self.held = 0
+
+    def clear(self) -> None:
+        super().clear()
+        self.held = 0
+
+    def put(self, sig: tuple, build) -> None:
+        cost = _cost(sig, build)
+        if self.held + cost > _BUDGET:
+            self.clear()
+        self[sig] = build
+        self.held += cost
+
+
 class Memoized(type):
     """The metaclass of regions: ``Region(...)`` consults the recipe memo before validating.
 
@@ -130,7 +169,7 @@ class Memoized(type):
     State outside the arguments that a region's key reads (the caller's consent to looser accuracy) clears
     the memo when it changes (``regions.consent_to_looser``)."""
 
-    recipes: Memo = Memo()  # signature -> build function, or None for a signature that takes the full path
+    recipes: Recipes = Recipes()  # signature -> build function, or None for a signature that takes the full path
 
     def __call__(cls, *args, **kwargs):
         if kwargs and kwargs.get("out") is not None:  # per-call checks (writability): never memoized
@@ -148,9 +187,7 @@ class Memoized(type):
             return build(values)
         region = type.__call__(cls, *args, **kwargs)
         if build is _MISSING:
-            if len(recipes) >= _MAX:
-                recipes.clear()
-            recipes[sig] = recipe_of(region, values, frozenset(arrays))
+            recipes.put(sig, recipe_of(region, values, frozenset(arrays)))
         return region
 
 

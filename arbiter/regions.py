@@ -125,6 +125,11 @@ class Region(metaclass=Memoized):
                 native = cupy_view(array)
         dtype = dtype_name(native.dtype)
         if dtype not in self.dtypes:
+            order = getattr(native.dtype, "byteorder", "=")
+            if order in "<>" and dtype_name(native.dtype.newbyteorder("=")) in self.dtypes:  # >f4 on x86
+                raise RegionError(argument, f"dtype {dtype}: byte order {'big' if order == '>' else 'little'}-endian "
+                                            f"is not supported (only the host's); convert it first, e.g. "
+                                            f"{argument}.astype({argument}.dtype.newbyteorder('='))")
             raise RegionError(argument, f"dtype {dtype} is not supported; use one of {', '.join(self.dtypes)}")
         # a broadcast view: cheap test first (a torch caller's tensor has stride() and no flags)
         strides = native.strides if hasattr(native, "flags") else native.stride()

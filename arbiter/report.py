@@ -246,8 +246,10 @@ def _dims(k: KeyEntry) -> dict[str, int]:
     return dict(timed) if timed else dict(k.key.bucket)
 
 
-def _size(k: KeyEntry) -> int:
-    return math.prod(max(v, 1) for v in _dims(k).values())
+def _size(k: KeyEntry) -> float:
+    # a float: a product of stored dims can pass int64 (10^15 x 10^15), which NumPy and matplotlib then hold as
+    # Python objects and refuse (TypeError in isfinite) while drawing the axis
+    return float(math.prod(max(v, 1) for v in _dims(k).values()))
 
 
 def _ticks(keys: list[KeyEntry]) -> tuple[list[float], list[str]]:

@@ -62,7 +62,7 @@ from arbiter.candidates import Candidate, Fallback
 from arbiter.keys import POW2
 from arbiter.memo import Memo
 from arbiter.ops import op_kind
-from arbiter.oracles import array_module
+from arbiter.oracles import array_module, long_rows
 from arbiter.oracles.budgets import Budget, budget_for
 from arbiter.region_memo import slots_of
 from arbiter.solution import Solution
@@ -444,6 +444,13 @@ def _chunked(region, y, budget) -> tuple[str, float, float]:
     rows = _row_count(region)
     step = max(1, CHUNK_ELEMENTS // max(1, size // max(rows, 1)))
     tally = Tally()
+    if size // max(rows, 1) > CHUNK_ELEMENTS:  # one row alone passes the bound: its reference a piece at a time
+        pieces = long_rows.pieces(region, CHUNK_ELEMENTS)
+        if pieces is not None:
+            for index, origin, ref in pieces:
+                if tally.add(y[index], ref, budget, origin):
+                    break
+            return tally.finish(budget)
     for i0 in range(0, rows, step):
         sub, index = _sub_rows(region, i0, min(rows, i0 + step))
         axis = 1 if len(index) == 2 else 0
@@ -704,6 +711,7 @@ def verify(candidate: Candidate, params: dict, region) -> Verdict:
                 and 4 * _cost(probe.dims) <= _cost(region.dims)
                 and 8 * (sum(int(a.size) for a in pristine.operands().values()) + int(y.size)) <= 64 << 20)
         reason, rel, excess = check_output(pristine, y, fam_budget, rng, full=full)
+        del pristine, out, y  # freed before the next probe draws its own (else two probes' arrays are alive)
         worst_rel = max(worst_rel, rel) if not math.isnan(rel) else rel
         worst_excess = max(worst_excess, excess)
         if reason:

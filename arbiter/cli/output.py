@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import sys
 import time
 
@@ -129,14 +130,25 @@ class Literal(Text):
         return Measurement(min(narrowest, widest), widest)
 
 
+# C0 controls but tab and newline, DEL and C1: ESC starts the ANSI sequences that recolour, clear or retitle a
+# terminal, and C1's CSI (0x9b) is ESC [ in one character.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """``text`` with every control character shown as ``\\xNN``: a stored string (an imported note, a reason, a
+    plug-in's name) is shown as it is, and never moves the cursor or recolours the terminal."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
 def lit(value, style: str = "") -> Literal:
-    """``value`` as literal, separator-wrapping text (the one way a dynamic string reaches Rich).
-    A ``Text`` keeps its styles and becomes separator-wrapping."""
+    """``value`` as literal, separator-wrapping text (the one way a dynamic string reaches Rich), its control
+    characters escaped (``printable``). A ``Text`` keeps its styles and becomes separator-wrapping."""
     if isinstance(value, Text):
         out = Literal(style=style)
         out.append_text(value)
         return out
-    return Literal(str(value), style=style)
+    return Literal(printable(str(value)), style=style)
 
 
 def _as_text(console: Console, cell) -> Text:

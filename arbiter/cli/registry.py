@@ -23,7 +23,7 @@ from arbiter.cli.output import show
 from arbiter.errors import RegistryError
 from arbiter.keys import ProblemKey
 from arbiter.solution import Solution
-from arbiter.store import inventory
+from arbiter.store import inventory, trust
 
 if TYPE_CHECKING:
     from arbiter.store.sql import SqlStore
@@ -369,9 +369,28 @@ def doctor(repair: bool = typer.Option(False, "--repair", help="Move a corrupt r
     assert sql is not None  # no problems: it opened
     counts = sql.table_counts()
     stale = inventory.stale_environments(sql)
-    out.print(f"{sql.where}: ok, schema v{sql.version()}, integrity ok ({sql.checks()}); "
-              + ", ".join(f"{n} {k}" for k, n in counts.items())
-              + f"; {len(stale)} stale environment(s)", highlight=False, soft_wrap=True)
+    doubtful, resting = trust.unvouched(sql)
+    summary = (f"schema v{sql.version()}, integrity ok ({sql.checks()}); "
+               + ", ".join(f"{n} {k}" for k, n in counts.items()) + f"; {len(stale)} stale environment(s)")
+    if not resting or sql.trusts_verdicts:  # a file only you and root can write: its rows are yours or root's
+        note = (f"; {len(resting)} solution(s) rest on {len(doubtful)} passed verdict(s) your gate did not vouch "
+                f"for (written before kernel-arbiter kept its ledger, or by root)" if resting else
+                f"; {len(doubtful)} passed verdict(s) not vouched for by your gate, no solution rests on them"
+                if doubtful else "")
+        out.print(f"{sql.where}: ok, {summary}{note}", highlight=False, soft_wrap=True)
+        return
+    # Others may write this registry (a server, or a file named in ARBITER_TRUST_REGISTRY): a solution resting on
+    # a passed verdict this user's gate never computed is a row someone else wrote, or flipped.
+    out.print(f"{sql.where}: {summary}", highlight=False, soft_wrap=True)
+    for r in resting[:20]:
+        out.print(Text.assemble(("problem:", "red"), " ", lit(
+            f"{r.key}: the stored winner {r.candidate_name} rests on a passed verdict your gate did not compute "
+            f"(written by another user or host, or edited)")), highlight=False, soft_wrap=True)
+    more = f" ({len(resting) - 20} not shown)" if len(resting) > 20 else ""
+    out.print(f"{len(resting)} solution(s){more} rest on {len(doubtful)} passed verdict(s) your gate did not "
+              f"vouch for: each is gated again in your processes before it serves, and your gate's verdict replaces "
+              f"the row. Nothing was changed.", highlight=False, soft_wrap=True)
+    raise typer.Exit(1)
 
 
 @app.command("export")

@@ -32,6 +32,11 @@ class UnwritableRegistry(RegistryError):
         self.readable = readable
 
 
+class UntrustedRegistry(UnwritableRegistry):
+    """The registry file, or a folder above it, can be written by another user, and the caller did not name it
+    in ``$ARBITER_TRUST_REGISTRY`` (``arbiter.store.trust``): it is not opened (``open_default`` degrades)."""
+
+
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
 

@@ -5,7 +5,8 @@ the user layer. ``open_default()`` is what ``arbiter.store.default_store()``
 returns: ``$ARBITER_DB`` (a path or any SQLAlchemy URL, default
 ``./registry.db``) over ``$ARBITER_SYSTEM_DB`` when set. A user registry that
 cannot be written degrades with one warning (served read-only when readable,
-new results in memory); a file that is not a registry raises ``RegistryError``
+new results in memory), and so does one another user can write (``arbiter.store.trust``); a file that is not a
+registry raises ``RegistryError``
 naming it and the fix.
 """
 from __future__ import annotations
@@ -14,7 +15,7 @@ import os
 import warnings
 
 from arbiter.store.base import MemoryStore, Store
-from arbiter.store.diagnostics import UnwritableRegistry
+from arbiter.store.diagnostics import UntrustedRegistry, UnwritableRegistry
 from arbiter.store.sql import SqlStore
 
 DEFAULT_PATH = "registry.db"
@@ -90,22 +91,32 @@ class ReadOnlyUserStore(LayeredStore):
 def open_user(where: str) -> Store:
     """The user registry at ``where``. When this process cannot write it (one warning per path, never a crash):
     a registry it can read is still served, read-only, under an in-memory layer that takes this process's new
-    results; otherwise an in-memory store. The file is never changed, so nothing in it is lost."""
+    results; otherwise an in-memory store. A registry another user can write is not opened at all unless named
+    in ``$ARBITER_TRUST_REGISTRY`` (``arbiter.store.trust``): an in-memory store and one warning naming the file
+    and the fix. The file is never changed, so nothing in it is lost."""
     try:
         return SqlStore(where)
+    except UntrustedRegistry as exc:
+        return _degraded(where, str(exc), MemoryStore(), "Using an in-memory registry: new results", "")
     except UnwritableRegistry as exc:
         fix = "Make it writable for you, or set ARBITER_DB or --db to a path of your own."
         if exc.readable:
-            kept = SqlStore(where, readonly=True, fix=f"Nothing was changed. {fix}")
-            store: Store = ReadOnlyUserStore(MemoryStore(), kept)
-            what = "Its solutions are served read-only; new results"
-        else:
-            store, what = MemoryStore(), "Using an in-memory registry: new results"
-        if where not in _warned:
-            _warned.add(where)
-            warnings.warn(f"kernel-arbiter: {exc} {what} stay in memory for this process and will not persist. "
-                          f"{fix}", RuntimeWarning, stacklevel=3)
-        return store
+            try:
+                kept = SqlStore(where, readonly=True, fix=f"Nothing was changed. {fix}")
+            except UntrustedRegistry as untrusted:
+                return _degraded(where, f"{exc} {untrusted}", MemoryStore(),
+                                 "Using an in-memory registry: new results", "")
+            return _degraded(where, str(exc), ReadOnlyUserStore(MemoryStore(), kept),
+                             "Its solutions are served read-only; new results", fix)
+        return _degraded(where, str(exc), MemoryStore(), "Using an in-memory registry: new results", fix)
+
+
+def _degraded(where: str, why: str, store: Store, what: str, fix: str) -> Store:
+    if where not in _warned:
+        _warned.add(where)
+        warnings.warn(f"kernel-arbiter: {why} {what} stay in memory for this process and will not persist. "
+                      f"{fix}".rstrip(), RuntimeWarning, stacklevel=4)
+    return store
 
 
 def open_default() -> Store:

@@ -13,6 +13,7 @@ read-only image folder), compacted, and made read-only (mode 0444).
 from __future__ import annotations
 
 import os
+import tempfile
 
 from sqlalchemy import Integer, insert, select
 
@@ -56,7 +57,12 @@ def publish(source, fingerprint: str, out: str) -> dict[str, int]:
         known = ", ".join(e["fingerprint"] for e in source.environments()) or "none"
         raise RegistryError(f"--env {fingerprint}: no such environment in {source.where} (stored: {known}); "
                             f"nothing was written.")
-    partial = f"{out}.partial-{os.getpid()}"  # renamed into place once whole: a failure leaves no file at out
+    # Written under a name nobody could create first (mkstemp: O_EXCL, a random name, mode 0600, in out's folder
+    # so the rename is atomic), then renamed into place once whole: a failure leaves no file at out. A
+    # predictable name (out.partial-<pid>) could be created first by another user, who would then own the file.
+    folder, name = os.path.split(os.path.abspath(out))
+    fd, partial = tempfile.mkstemp(prefix=f".{name}.partial-", dir=folder)
+    os.close(fd)
     try:
         target = SqlStore(partial)  # the current schema, in a new file
         try:

@@ -36,10 +36,11 @@ from arbiter import env as envmod
 from arbiter.errors import RegistryError
 from arbiter.keys import ProblemKey, params_id
 from arbiter.oracles.budgets import Budget
-from arbiter.store import migrate
+from arbiter.store import migrate, trust
 from arbiter.store.base import CountDelta, MeasurementRecord, SolutionRecord, Store, Verdict, VerdictKey, tier_of
 from arbiter.store.diagnostics import (
     SYSTEM_FIX,
+    UntrustedRegistry,
     UnwritableRegistry,
     check_sqlite_file,
     ownership,
@@ -107,6 +108,7 @@ class SqlStore(Database, Store):
         path = sqlite_path(url)
         where = path or make_url(url).render_as_string(hide_password=True)
         fix = fix or (SYSTEM_FIX if readonly else repair_hint(where))
+        refused = None  # why another user could write this file (opened anyway only when named)
         if path is not None:
             if readonly:
                 try:
@@ -119,10 +121,17 @@ class SqlStore(Database, Store):
             why = None if readonly else unwritable_reason(path)
             if why is not None:
                 raise UnwritableRegistry(f"{path}: cannot be written: {why}.", readable=os.access(path, os.R_OK))
+            refused = trust.refusal(path)
+            if refused is not None and not trust.named_trusted(path):
+                raise UntrustedRegistry(f"{path}: {refused}. {trust.refusal_fix(path)}")
             if not open_here(path):  # checked when first opened here; re-reading it would drop SQLite's locks
                 check_sqlite_file(path, fix)
         super().__init__(url, where=where, path=path, readonly=readonly, fix=fix)
         self.persistent = not readonly
+        # Whether a stored verdict is taken as it is: only where no one but this user or root can have written it
+        # (a file that passed trust.refusal); elsewhere a passed verdict must be in this user's ledger.
+        # A server database is written by anyone with its credentials.
+        self.trusts_verdicts = refused is None and (path is not None or make_url(url).get_backend_name() == "sqlite")
         self._solutions: dict[tuple[str, str], SolutionRecord] = {}
         self._verdicts: dict[VerdictKey, Verdict] = {}
         self._loaded: set[tuple[str, str]] = set()  # ("solutions"|"verdicts", env) already bulk-loaded
@@ -230,8 +239,17 @@ class SqlStore(Database, Store):
         return {VerdictKey(r.identity, r.params, r.key, r.env): self._verdict(r) for r in rows}
 
     def load_verdict(self, vkey):
-        """The verdict this installation's gate computed; None also for an imported one (``origin``), so the
-        gate runs again on first use and its verdict replaces the file's (``save_verdict``)."""
+        """The verdict this installation's gate computed; None also for an imported one (``origin``), and for a
+        passed one this user's gate did not vouch for where others may write the registry (``trusts_verdicts``,
+        ``arbiter.store.trust``), so the gate runs again on first use and its verdict replaces the row
+        (``save_verdict``)."""
+        verdict = self._stored_verdict(vkey)
+        if verdict is not None and verdict.passed and not self.trusts_verdicts \
+                and not trust.LEDGER.vouches(vkey, verdict):
+            return None
+        return verdict
+
+    def _stored_verdict(self, vkey):
         own = VerdictRow.origin == ""
         if ("verdicts", vkey.env) not in self._loaded:
             found = self._verdict_rows(VerdictRow.env == vkey.env, own)
@@ -269,6 +287,8 @@ class SqlStore(Database, Store):
             with self.lock:
                 self._verdicts[vkey] = verdict
 
+        if verdict.passed:  # vouched first: a row committed but not vouched is only gated again, never trusted
+            trust.LEDGER.vouch(vkey, verdict)
         self.write(write, cache)
 
     # --- solutions ----------------------------------------------------------

@@ -43,7 +43,7 @@ from sqlalchemy import insert, select, update
 
 from arbiter.env import EnvironmentKey
 from arbiter.errors import RegistryError
-from arbiter.keys import ProblemKey
+from arbiter.keys import ProblemKey, bucket_of
 from arbiter.ops import OPS
 from arbiter.store.models import (
     SCHEMA_VERSION,
@@ -217,9 +217,18 @@ class MeasurementModel(_Keyed):
         if not isinstance(dims, dict) or len(dims) > 16 or not all(
                 isinstance(n, int) and not isinstance(n, bool) and 0 <= n < 2**62 for n in dims.values()):
             raise ValueError("dims: must be a JSON object of at most 16 dimension names to sizes (integers >= 0)")
-        want = _op_dims(ProblemKey.parse(self.key).op)  # the key passed its own check first
+        parsed = ProblemKey.parse(self.key)  # the key passed its own check first
+        want = _op_dims(parsed.op)
         if want is not None and tuple(dims) != want:
             raise ValueError(f"dims: {','.join(dims)} are not the dimensions of this key's op ({','.join(want)})")
+        kind = OPS.get(parsed.op)
+        if kind is not None and bucket_of(dims, kind.region_type.bucket_policy) != parsed.bucket:
+            # a measurement is taken at a shape of its key's bucket; others (10^15 x 10^15 on rows1024,cols1024)
+            # would be shown in reports as what the key was timed at
+            shown = ",".join(f"{n}={v}" for n, v in dims.items())
+            bucket = ",".join(f"{n}{v}" for n, v in parsed.bucket)
+            raise ValueError(f"dims: {shown} are not in this key's bucket {bucket} (a measurement is "
+                             f"taken at a shape of its key's bucket)")
         return self
 
 

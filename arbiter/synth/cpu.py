@@ -2,8 +2,9 @@
 
 ``source(chain, dtype, parallel)`` writes the kernel text (``TEMPLATE`` below, one line per step);
 ``kernel(chain, dtype, parallel)`` returns the compiled function. Each distinct source is written
-once to ``<cache dir>/k_<content hash>.py`` and imported from there, so numba's own on-disk cache
-(``cache=True``) keeps its machine code across processes; in a process the compiled kernel is kept
+once to ``<cache dir>/k_<content hash>.py`` and imported from there, so numba's on-disk cache
+(``cache=True``, kept in ``<cache root>/numba``: ``arbiter.targets.numba_cache``) keeps its machine code across
+processes; in a process the compiled kernel is kept
 by content hash. The cache directory is ``<cache root>/synth/cpu``, the root being ``$ARBITER_CACHE_DIR``, else
 ``$XDG_CACHE_HOME/kernel-arbiter``, else ``~/.cache/kernel-arbiter``; it is used only when no other user can
 write it (``arbiter.cachedir`` says how it is checked and what is used instead).
@@ -31,7 +32,9 @@ TEMPLATE = '''\
 import math
 
 import numpy as np
-from numba import njit, prange
+from numba import prange
+
+from arbiter.targets.numba_cache import njit  # cached in the private folder only
 
 T = np.{dtype}
 

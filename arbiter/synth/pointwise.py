@@ -21,7 +21,9 @@ TEMPLATE = '''\
 import math
 
 import numpy as np
-from numba import njit, prange
+from numba import prange
+
+from arbiter.targets.numba_cache import njit  # cached in the private folder only
 
 T = np.{dtype}
 

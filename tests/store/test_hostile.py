@@ -138,7 +138,8 @@ def test_a_registry_file_owned_by_another_user_is_named_with_its_owner_and_untou
     db = _registry_with_rows(open_dir / "theirs.db")
     before = Path(db).read_bytes()
     os.chmod(db, 0o600)  # owner only: root's file, opened below by nobody
-    open_dir.chmod(0o777)  # the folder is writable: only the file's owner keeps others out
+    open_dir.chmod(0o1777)  # writable by all, sticky (as /tmp): only the file's owner keeps others out (a folder
+    # writable by others and not sticky is refused: anyone could replace the registry in it)
     monkeypatch.setenv("ARBITER_DB", db)
     monkeypatch.delenv("ARBITER_SYSTEM_DB", raising=False)
 
@@ -169,7 +170,7 @@ def test_a_shipped_wal_system_registry_in_a_root_owned_folder_is_readable_by_eve
     monkeypatch.setenv("ARBITER_SYSTEM_DB", system)
     user_dir = open_dir / "home"
     user_dir.mkdir(mode=0o777)
-    user_dir.chmod(0o777)
+    user_dir.chmod(0o1777)  # sticky: a folder others may write and not sticky is refused (trust.refusal)
     monkeypatch.setenv("ARBITER_DB", str(user_dir / "registry.db"))
 
     def use_it():

@@ -28,8 +28,12 @@ except ModuleNotFoundError as exc:  # numba is the optional ``cpu-jit`` extra
 NUMBA_MISSING = None if numba is not None else "needs numba: pip install 'kernel-arbiter[cpu-jit]'"
 
 if numba is not None:
-    from numba import njit, prange, types
+    from numba import prange, types
     from numba.extending import intrinsic, overload
+
+    # numba's njit, except that cache=True caches in the project's private folder, never in one numba finds
+    # ($NUMBA_CACHE_DIR, __pycache__, $XDG_CACHE_HOME/numba) that another user may write (it unpickles from it).
+    from arbiter.targets.numba_cache import njit
 else:
     # Without numba the kernels below stay plain Python functions (``prange`` is ``range``): they are
     # never run, because every numba candidate answers ``available()`` with NUMBA_MISSING.
