@@ -51,7 +51,7 @@ CASES = [
     ("corners: causal mask at the bottom-right corner", W.BottomRightCausal,
      lambda: Attention.random("cpu", "float32", ATTN, {"causal": "1"})),
     ("layouts: packed rows assumed at unit inner stride", W.AssumesDenseRows,
-     lambda: Softmax.random("cpu", "float32", {"rows": 20, "cols": 40}, layout="S")),
+     lambda: Softmax.random("cpu", "float32", {"rows": 20, "cols": 40}, layout="P")),
     ("input clobbering: relu in place on x", W.ReluInPlace,
      lambda: Pointwise.random("cpu", "float32", {"size": 500}, {"chain": "relu"})),
     ("looser contract without consent: bf16 GEMM", W.Bf16Matmul,
