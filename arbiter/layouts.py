@@ -286,3 +286,15 @@ def set_operands(region, arrays: dict) -> None:
             object.__setattr__(region, name, array)
     if chain:
         region.ops = tuple((step, chain.get(i, operand)) for i, (step, operand) in enumerate(region.ops))
+
+
+def packed_reason(region) -> bool | str:
+    """True when every operand of ``region`` is C-contiguous (``R`` at any rank), else why a kernel that reads its
+    operands as packed arrays through their pointers must decline (a strided bias or weight, a broadcast
+    residual: it would read the wrong elements, or past a broadcast operand's one row)."""
+    tokens, _ = parse(region.attrs)
+    odd = [f"{name} {tok}" for name, tok in tokens.items() if tok[0] != "R"]
+    if not odd:
+        return True
+    return (f"operand layouts {', '.join(odd)} (arbiter.layouts): the kernel reads packed operands through their "
+            "pointers; the vendor candidates serve these")

@@ -534,11 +534,11 @@ def markdown() -> str:
              "  element with probability 1/8 per real-shape probe.",
              "* Attention at large shapes: the exact reference of sampled query rows of every head (unchanged).",
              "* Repeats: 36 runs of one probe on the same inputs, at the real shape when 36 runs cost at most",
-             "  max(0.35x the real shape's work, 2^22 units), else at the real shape shrunk to fit; the first is",
+             "  max(0.15x the real shape's work, 2^22 units), else at the real shape shrunk to fit; the first is",
              "  checked against the oracle, the others against the first, bitwise under a deterministic contract",
              "  (the default; `Contract(deterministic=False)`: within the budget). A race that corrupts one call in 8",
              "  escapes all 35 comparisons with probability (7/8)^36 = 0.8%: caught with probability 0.992. Cost:",
-             "  0.35x the real shape's work at large keys.",
+             "  0.15x the real shape's work at large keys.",
              "",
              "| op | family | values | budget |", "| --- | --- | --- | --- |"]
     for fam in (BENIGN,) + CATALOGUE:

@@ -744,7 +744,7 @@ GUARD_ELEMENTS = 256  # poisoned elements on each side of the gate's output: a w
 REPEATS = 36
 # The repeats cost at most this multiple of the real shape's work (or REPEAT_WORK_FLOOR units): at the real shape
 # when they fit, else at a shape shrunk to fit.
-REPEAT_WORK_FACTOR = 0.35
+REPEAT_WORK_FACTOR = 0.15
 REPEAT_WORK_FLOOR = 1 << 22
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from arbiter import layouts
 from arbiter.candidates.gpu import GpuCandidate
 from arbiter.memo import Memo
 from arbiter.synth import ACTIVATIONS
@@ -79,4 +80,4 @@ def check_gemm(region, dtypes) -> bool | str:
         return f"dtype {region.dtype} is not one of {', '.join(dtypes)}"
     if region.layout[:2] != "RR":
         return f"needs C-contiguous a and b (layout RR), got {region.layout[:2]}; the vendor candidates serve others"
-    return True
+    return layouts.packed_reason(region)  # the fused epilogue reads bias and residual as packed arrays
