@@ -96,8 +96,12 @@ def plain(op: str, name: str, tok: str) -> bool:
 def key_attrs(region) -> tuple[tuple[str, str], ...]:
     """The attributes a region's key gets from its operands' layouts and its ``out=`` aliasing (none when every
     operand is plain and ``out`` overlaps nothing). Raises ``RegionError`` naming ``out`` for an illegal overlap."""
+    try:
+        operands = region.operands()
+    except NotImplementedError:  # a region type that names no operands (a bare subclass): nothing to key
+        return ()
     parts = []
-    for name, array in region.operands().items():
+    for name, array in operands.items():
         tok = token(array)
         if not plain(region.op, name, tok):
             parts.append(f"{name}-{tok}")
