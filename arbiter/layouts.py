@@ -264,9 +264,13 @@ def reproduce(fresh, attrs, shift: bool) -> dict:
     if not tokens and not shift:
         return {}
     axis_last = getattr(fresh, "axis_last", None)
+    # a pointwise chain's operands share one shape: a listed rank applies to every operand
+    chain_rank = _rank(next(iter(tokens.values()))) if fresh.op == "pointwise" and tokens else None
     replaced: dict[str, Any] = {}
     for name, array in fresh.operands().items():
         tok = tokens.get(name)
+        if tok is None and chain_rank is not None and chain_rank != array.ndim:
+            tok = f"R{chain_rank}"
         if tok is None:
             if not shift:
                 continue

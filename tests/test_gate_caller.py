@@ -230,3 +230,51 @@ def test_varied_scalars_include_the_sentinels():
     assert 1.0 in eps and 1e-6 in eps  # rmsnorm's default
     pw = [varied_scalars(Pointwise(_f32(8), [("add", 2.0)]), RNG, i)["scalars"][0] for i in range(1, 6)]
     assert {1.0, 0.0, -1.0} <= set(pw)
+
+
+def _builtin_cases():
+    def inplace_res():
+        r = _f32(40, 24)
+        return Matmul(_f32(40, 36), _f32(36, 24) / 6, bias=_f32(24), activation="relu", residual=r, out=r)
+
+    def inplace(cls, *extra):
+        x = _f32(16, 64)
+        return cls(x, *extra, out=x)
+
+    from arbiter.regions import LayerNorm
+
+    return {
+        "matmul-transposed-padded-b": lambda: transposed_padded_b(),
+        "matmul-strided-bias-gelu": lambda: Matmul(_f32(40, 36), _f32(36, 24) / 6, bias=_f32(48)[::2],
+                                                   activation="gelu"),
+        "matmul-broadcast-residual": broadcast_residual,
+        "matmul-in-place-residual": inplace_res,
+        "rmsnorm-3d": lambda: RMSNorm(_f32(4, 6, 64), _f32(64)),
+        "rmsnorm-strided-weight": lambda: RMSNorm(_f32(16, 64), _f32(128)[::2]),
+        "rmsnorm-in-place": lambda: inplace(RMSNorm, _f32(64)),
+        "layernorm-in-place": lambda: inplace(LayerNorm, _f32(64), _f32(64)),
+        "softmax-3d": lambda: Softmax(_f32(4, 6, 64)),
+        "softmax-in-place": lambda: inplace(Softmax),
+        "pointwise-2d": lambda: Pointwise(_f32(16, 64), [("mul", _f32(16, 64)), ("add", 1.0), ("relu",)]),
+        "pointwise-broadcast-operand": lambda: Pointwise(_f32(16, 64), [("mul", np.broadcast_to(_f32(64), (16, 64))),
+                                                                         ("tanh",)]),
+        "attention-permuted-heads": lambda: Attention(*(_f32(1, 16, 2, 32).transpose(0, 2, 1, 3) for _ in range(3))),
+    }
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", sorted(_builtin_cases()))
+def test_builtins_serve_or_decline_the_callers_layouts(case):
+    """Every CPU built-in either declines the caller's layout or aliasing (cheaply, in applies_to) or passes the
+    gate probing it; none is served wrong."""
+    from arbiter.candidates import REGISTRY
+
+    region = _builtin_cases()[case]()
+    served = 0
+    for cand in REGISTRY.candidates(target="cpu", op=region.op):
+        if cand.available() is not True or cand.applies_to(region) is not True:
+            continue
+        verdict = verify(cand, (cand.param_space() or [{}])[0], region)
+        assert verdict.passed, f"{cand.name}: {verdict.reason}"
+        served += 1
+    assert served, "no built-in serves it"
