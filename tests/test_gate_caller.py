@@ -278,3 +278,13 @@ def test_builtins_serve_or_decline_the_callers_layouts(case):
         assert verdict.passed, f"{cand.name}: {verdict.reason}"
         served += 1
     assert served, "no built-in serves it"
+
+
+def test_an_isolated_gate_probes_the_callers_layouts_and_aliasing():
+    """``tune --isolate`` rebuilds the region in a child from its description: the key (and with it the layouts
+    and in-place attributes the probes reproduce) must survive."""
+    from arbiter.isolate import _describe, _rebuild
+
+    r = _f32(8, 6)
+    region = Matmul(_f32(8, 5), _f32(5, 6), bias=_f32(12)[::2], residual=r, out=r)
+    assert _rebuild(_describe(region)).key == region.key
