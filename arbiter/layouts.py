@@ -61,6 +61,9 @@ def _itemsize(array) -> int:
 
 def token(array) -> str:
     """The layout token of one operand (see the module docstring); from shape and strides only."""
+    flags = getattr(array, "flags", None)
+    if flags is not None and flags.c_contiguous:  # the common case, at the cost of one flag read
+        return f"R{array.ndim}"
     shape = tuple(int(s) for s in array.shape)
     strides = _strides(array)
     item = _itemsize(array)
@@ -144,13 +147,18 @@ def aliased_operands(region) -> list[str]:
     out = region.out
     if out is None or not math.prod(out.shape):
         return []
-    o_lo, o_hi = _extent(out)
-    o_sig = (_pointer(out), tuple(out.shape), _strides(out))
+    numpy_out = isinstance(out, np.ndarray)
+    o_lo, o_hi = (0, 0) if numpy_out else _extent(out)
     found = []
     for name, array in region.operands().items():
-        lo, hi = _extent(array)
-        if hi <= o_lo or o_hi <= lo:
-            continue
+        if numpy_out and isinstance(array, np.ndarray):
+            if not np.may_share_memory(out, array):  # bounds only, in C: the common case costs ~1 us
+                continue
+        else:
+            lo, hi = _extent(array)
+            if hi <= o_lo or o_hi <= lo:
+                continue
+        o_sig = (_pointer(out), tuple(out.shape), _strides(out))
         exact = (_pointer(array), tuple(array.shape), _strides(array)) == o_sig
         if exact and _legal(region.op, name):
             found.append(name)
@@ -248,7 +256,11 @@ def place(values, tok: str, shift: bool, poison=np.nan):
             buf_shape[-1] = inner + 1 if ((inner + 1) * item) % 16 else inner + 2
     offset = 1 if shift and item < 16 else 0
     size = math.prod(buf_shape)
-    flat = xp.full((offset + size,), poison, dtype=values.dtype)
+    if buf_shape == phys:  # dense: no gaps to poison (a fill pass costs as much as the copy at large shapes)
+        flat = xp.empty((offset + size,), dtype=values.dtype)
+        flat[:offset] = poison
+    else:
+        flat = xp.full((offset + size,), poison, dtype=values.dtype)
     buf = flat[offset:].reshape(buf_shape)
     if phys:
         buf = buf[tuple(slice(0, n) for n in phys[:-1]) + (slice(0, step * phys[-1], step),)]

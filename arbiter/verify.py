@@ -851,7 +851,10 @@ def verify(candidate: Candidate, params: dict, region) -> Verdict:
 
     def draw(probe, index, dims=None):
         """(probe region, shifted, its pristine copy where it was drawn on the host for an opaque target)."""
-        shift = index % 2 == 1 and not opaque  # pointer alignment: 16-byte aligned, then one element off
+        # pointer alignment: 16-byte aligned, then one element off, alternately; a real shape above the cost floor
+        # stays aligned (moving its operands would cost a pass over each), the bucket's other probes alternate
+        at_real = (dims or probe.dims) == dict(region.dims)
+        shift = index % 2 == 1 and not opaque and not (at_real and _cost(region.dims) > EXTRA_WORK_FLOOR)
         if opaque:  # drawn and kept on the host; the candidate gets a device copy
             host = _draw(pristine_copy_target(region, "cpu"), probe, rng, False, dims, index, caller_layout=False)
             return _on_target(host, region.target), shift, host

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import arbiter
+import arbiter.verify as gate
 from arbiter import targets
 from arbiter.candidates import REGISTRY
 from arbiter.regions import Matmul
@@ -42,6 +43,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--candidates", default="", help="comma-separated names (default: every one that applies)")
     ap.add_argument("--quick", action="store_true", help="N=256, one round, two candidates")
+    ap.add_argument("--parts", action="store_true",
+                    help="also time the gate with one repeat instead of REPEATS (what the repeats cost)")
     ap.add_argument("--out", help="also write the table to DIR/gate_cost.md")
     args = ap.parse_args()
     name = args.target
@@ -63,24 +66,33 @@ def main():
     lines = [f"kernel-arbiter {arbiter.__version__}: gate cost at {n}^3 {args.dtype} on {name}, {rounds} round(s), "
              f"load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} over {os.cpu_count()} CPUs", "",
              "| solution | product min s | product median s | gate min s | gate median s | gate / product (min) "
-             "| gate / product (median) | probes |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| gate / product (median) | probes |" + (" no repeats / product (min, median) |" if args.parts else ""),
+             "| --- | --- | --- | --- | --- | --- | --- | --- |" + (" --- |" if args.parts else "")]
     print("\n".join(lines), flush=True)
     for cand in cands:
         params = (cand.param_space() or [{}])[0]  # the candidate's default solution
         verify(cand, params, region)  # warm-up: compilation, plans
-        products, gates, probes = [], [], 0
+        products, gates, bare, probes = [], [], [], 0
         for _ in range(rounds):
             products.append(_product_seconds(cand, params, region, target))
             start = time.perf_counter()
             v = verify(cand, params, region)
             gates.append(time.perf_counter() - start)
+            if args.parts:
+                repeats, gate.REPEATS = gate.REPEATS, 1
+                try:
+                    start = time.perf_counter()
+                    verify(cand, params, region)
+                    bare.append(time.perf_counter() - start)
+                finally:
+                    gate.REPEATS = repeats
             probes = len(v.probes)
             if not v.passed:
                 print(f"  {cand.name}: failed the gate: {v.reason[:200]}", flush=True)
         pmin, pmed, gmin, gmed = min(products), statistics.median(products), min(gates), statistics.median(gates)
+        parts = f" {min(bare) / pmin:.2f}, {statistics.median(bare) / pmed:.2f} |" if bare else ""
         lines.append(f"| {cand.name} | {pmin:.4f} | {pmed:.4f} | {gmin:.4f} | {gmed:.4f} | {gmin / pmin:.2f} | "
-                     f"{gmed / pmed:.2f} | {probes} |")
+                     f"{gmed / pmed:.2f} | {probes} |{parts}")
         print(lines[-1], flush=True)
     if args.out:
         Path(args.out).mkdir(parents=True, exist_ok=True)
