@@ -161,7 +161,7 @@ def shrunk(dims: dict, region, work: float) -> dict:
     return out
 
 
-INTERIOR_MIN = 16  # buckets of at least this bound get interior sizes (smaller ones are probed at every corner)
+INTERIOR_MIN = 64  # buckets of at least this bound get interior sizes (smaller ones are probed at every corner)
 
 
 def interior_shapes(region) -> list[dict]:
@@ -176,7 +176,7 @@ def interior_shapes(region) -> list[dict]:
             continue
         for j in (5, 6, 7):
             shape = dict(low)
-            shape[name] = bound * j // 8 + 3
+            shape[name] = min(bound * j // 8 + 3, bound)
             shapes.append(shape)
     return shapes
 
