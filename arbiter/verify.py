@@ -8,13 +8,17 @@
 * a shape whose dimensions all differ, with odd tails (not multiples of 8 ... 128), varied scalars
   (always, whatever it costs);
 * every adversarial value family of the op (``arbiter.probes``: large logits, near-constant rows,
-  large offsets, tiny values, ...) at the bucket's low corner, with varied scalars;
-* the bucket's corners with each dimension low or high independently,
+  large offsets, tiny values, NaN/Inf, masked blocks, huge magnitudes, subnormals, ...) at the bucket's low
+  corner, or at a shrunk shape when the cost cap binds (a family is never dropped), with varied scalars
+  (the sentinels 1.0, 0.0, the op's default, negatives in turn);
+* the bucket's corners with each dimension low or high independently, then sizes inside the bucket
+  (``interior_shapes``);
+* ``REPEATS`` runs of one probe on the same inputs, compared bitwise (``_repeats``),
 
-strided operands (layout class S) drawn as every-other-element views and as padded rows (unit inner
-stride, aligned rows) on alternate probes, so a kernel choosing its path by strides is probed on both;
-the families and corners within a cost cap (``EXTRA_WORK_FACTOR`` x the real shape's work, or
-``EXTRA_WORK_FLOOR``).
+every operand in the caller's layout (``arbiter.layouts``: the key's ``layouts`` attribute), a legal
+in-place key probed in place, alternate probes one element off a 16-byte boundary, the output inside a
+poisoned guard band; the families and corners within a cost cap (``EXTRA_WORK_FACTOR`` x the real shape's
+work, or ``EXTRA_WORK_FLOOR``).
 Each probe's data is fresh (entropy-seeded; the seed is named in a failure so it can be replayed
 with ``ARBITER_GATE_SEED``). The candidate gets its own copy of the inputs and an output the gate
 allocated and poisoned with NaN itself (never the production allocator); the oracle reads a
@@ -27,9 +31,10 @@ Large probes are checked at about the cost of one run (``check_output``): matmul
 epilogue by Freivalds products with random sign vectors in float64 (every row's error norm and
 the relative Frobenius error, so one wrong element anywhere fails) plus the exact reference on
 sampled rows, the last row and the last and a random column; nonlinear products (gated, matmul
-with an activation, attention) by the exact reference on sampled rows and columns plus the last
-ones; row ops (softmax, norms, fft, pointwise) by the full reference in bounded row chunks. The
-bucket's smaller probes of the sampled products are compared in full where that costs at most a quarter
+with an activation) by the exact reference on sampled rows and columns, the last ones, and a diagonal
+holding one element of every 1x8 and 8x1 run (``_diagonal``); attention on sampled query rows; row
+ops (softmax, norms, fft, pointwise) by the full reference in bounded row chunks. The bucket's
+smaller probes of the sampled products are compared in full where that costs at most a quarter
 of the real shape's work and fits the scratch bound. On a GPU target the float64 reference is computed
 on the device (``oracles.on_device``).
 
