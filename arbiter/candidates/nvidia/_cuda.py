@@ -12,7 +12,7 @@ from arbiter import layouts
 from arbiter.candidates.gpu import GpuCandidate
 from arbiter.memo import Memo
 from arbiter.synth import ACTIVATIONS
-from arbiter.synth.cuda import cuda_expression
+from arbiter.synth.cuda import NAN_MAX, cuda_expression
 from arbiter.targets import nvrtc
 from arbiter.targets.nvidia import cupy_module as cupy
 
@@ -41,7 +41,8 @@ def _epilogue_kernel(activation: str, bias: bool, residual: bool):
             body.append("v += (float)res;")
         body.append("out = (T)v;")
         fn = _epilogues[key] = cupy().ElementwiseKernel(params, "T out", " ".join(body),
-                                                        f"arbiter_epilogue_{activation}_{int(bias)}{int(residual)}")
+                                                        f"arbiter_epilogue_{activation}_{int(bias)}{int(residual)}",
+                                                        preamble=NAN_MAX)  # relu's nan_max
     return fn
 
 
