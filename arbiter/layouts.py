@@ -312,7 +312,7 @@ def packed_reason(region) -> bool | str:
     """True when every operand of ``region`` is C-contiguous (``R`` at any rank), else why a kernel that reads its
     operands as packed arrays through their pointers must decline (a strided bias or weight, a broadcast
     residual: it would read the wrong elements, or past a broadcast operand's one row)."""
-    tokens, _ = parse(region.attrs)
+    tokens, _ = parse(getattr(region, "attrs", ()))
     odd = [f"{name} {tok}" for name, tok in tokens.items() if tok[0] != "R"]
     if not odd:
         return True
