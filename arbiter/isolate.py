@@ -43,6 +43,14 @@ def _rebuild(desc: dict):
     kind = op_kind(desc["op"])
     region = kind.region_type.random(desc["target"], desc["dtype"], desc["dims"], desc["attrs"], desc["layout"],
                                      np.random.default_rng(0), **desc["extra"])
+    if set(desc["attrs"]) - set(dict(region.attrs)):
+        # attributes the random instance's operands do not give (the caller's operand layouts, a legal in-place
+        # out=): the gate probes from the key's attributes, so the child's region carries the caller's
+        from arbiter.keys import ProblemKey
+
+        k = region.key
+        region.attrs = tuple(desc["attrs"].items())
+        region.key = ProblemKey.make(k.target, k.op, k.dtype, k.layout, region.attrs, k.bucket)
     # The caller's consent to looser accuracy is part of the key: the child's region keeps it.
     return region.allow_looser() if desc["attrs"].get("accuracy") == "looser" else region
 

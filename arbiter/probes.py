@@ -228,6 +228,115 @@ def _fft_structured(region, rng):
     x[...] = targets.get(region.target).from_host(host, region.dtype)
 
 
+# --- special values (issue 25) ---------------------------------------------------------------------------
+def _host_rows(region):
+    """(host float64 copy of x, its rows-first view): what the row families rewrite before writing back."""
+    host = np.asarray(targets.get(region.target).to_host(region.x), dtype=np.float64).copy()
+    return host, (host if getattr(region, "axis_last", True) else host.T)
+
+
+def _write_x(region, host):
+    region.x[...] = targets.get(region.target).from_host(host, region.dtype)
+
+
+def _poke(region, array, index, value):
+    """``array[index] = value`` on any target (a host round trip of one array: probes are small or rare)."""
+    host = np.asarray(targets.get(region.target).to_host(array), dtype=np.float64).copy()
+    host[index] = value
+    array[...] = targets.get(region.target).from_host(host, region.dtype)
+
+
+def _nonfinite(region, rng):
+    """NaN, +Inf and -Inf placed where the op's oracle propagates them (see docs/budgets.md, "Special values")."""
+    op = region.op
+    if op in ("softmax", "rmsnorm", "layernorm"):
+        host, rows = _host_rows(region)
+        n, cols = rows.shape
+        picks = rng.permutation(n)[:3]
+        for r, value in zip(picks, (np.nan, np.inf, -np.inf)):
+            rows[r, rng.integers(0, cols)] = value
+        _write_x(region, host)
+    elif op == "pointwise":
+        for arr in [region.x] + region.tensors():
+            host = np.asarray(targets.get(region.target).to_host(arr), dtype=np.float64).copy().reshape(-1)
+            spots = rng.permutation(host.size)[: max(1, host.size // 16)]
+            host[spots] = rng.choice([np.nan, np.inf, -np.inf], spots.size)
+            arr[...] = targets.get(region.target).from_host(host.reshape(arr.shape), region.dtype)
+    elif op == "matmul":
+        if region.bias is not None:  # a NaN column and a +Inf column through the activation
+            n = region.bias.shape[0]
+            _poke(region, region.bias, rng.integers(0, n), np.nan)
+            _poke(region, region.bias, rng.integers(0, n), np.inf)
+        if region.residual is not None:  # added after the activation: one element each
+            m, n = region.residual.shape
+            _poke(region, region.residual, (rng.integers(0, m), rng.integers(0, n)), -np.inf)
+            _poke(region, region.residual, (rng.integers(0, m), rng.integers(0, n)), np.nan)
+        if region.bias is None and region.residual is None and region.activation != "none":  # a NaN row of a
+            _poke(region, region.a, (rng.integers(0, region.a.shape[0]), slice(None)), np.nan)
+    elif op == "gated":
+        _poke(region, region.x, (rng.integers(0, region.x.shape[0]), slice(None)), np.nan)
+
+
+def _masked_blocks(region, rng):
+    """-inf blocks as masks make them: a leading block (left padding), a trailing block, a row masked but for its
+    last element, and a fully masked row (whose answer is NaN: docs/budgets.md)."""
+    host, rows = _host_rows(region)
+    n, cols = rows.shape
+    for r in range(n):
+        kind = r % 4
+        cut = int(rng.integers(1, cols)) if cols > 1 else 1
+        if kind == 0:
+            rows[r, :cut] = -np.inf
+        elif kind == 1:
+            rows[r, cut:] = -np.inf
+        elif kind == 2:
+            rows[r, :-1] = -np.inf
+        elif r == n - 1 or rng.random() < 0.5:
+            rows[r, :] = -np.inf
+        else:
+            rows[r, :cut] = -np.inf
+    _write_x(region, host)
+
+
+def _huge(region, rng):
+    """Magnitudes log-uniform from 1e-2 to half the dtype's largest value, both signs, in every tensor."""
+    top = math.log10(FINFO_MAX[region.dtype] / 2.0)
+    for arr in [region.x] + region.tensors():
+        shape = tuple(arr.shape)
+        mags = 10.0 ** rng.uniform(-2.0, top, shape) * np.where(rng.random(shape) < 0.5, -1.0, 1.0)
+        arr[...] = targets.get(region.target).from_host(mags, region.dtype)
+
+
+SMALLEST_NORMAL = {"float16": 2.0 ** -14, "bfloat16": 2.0 ** -126, "float32": 2.0 ** -126, "float64": 2.0 ** -1022}
+
+
+def _subnormal(region, rng):
+    """Inputs below the smallest normal value (subnormals): a kernel that flushes them to zero fails."""
+    tiny = SMALLEST_NORMAL[region.dtype]
+    if region.op == "pointwise":
+        arr = region.x
+        arr *= tiny / 8.0  # benign x has std 1: |x| around an eighth of the smallest normal
+    elif region.op == "matmul":  # subnormal a times b of unit scale (b is drawn 1/sqrt(k)): subnormal outputs
+        region.a *= tiny / 8.0
+        region.b *= math.sqrt(max(region.b.shape[0], 1))
+
+
+def _zero_ends(region, rng):
+    """Rows whose first and last elements are exactly zero (and some rows zero but for one inner element): a
+    shortcut that tests the ends for an all-zero row misfires."""
+    host, rows = _host_rows(region)
+    n, cols = rows.shape
+    rows[:, 0] = 0.0
+    rows[:, -1] = 0.0
+    if cols > 2:
+        for r in range(0, n, 3):
+            keep = int(rng.integers(1, cols - 1))
+            value = rows[r, keep]
+            rows[r, :] = 0.0
+            rows[r, keep] = value if value != 0 else 1.0
+    _write_x(region, host)
+
+
 def _benign(region, rng):
     """Standard normal operands as ``Region.random`` draws them (layernorm rows offset by +3)."""
 
@@ -275,6 +384,28 @@ CATALOGUE: tuple[Family, ...] = (
            "inputs spread over +-0.45x the exp range, every 7th exactly zero: catches tanh/sigmoid/silu built "
            "from exp(2x) (inf/inf)",
            _pointwise_wide),
+    Family("nonfinite", ("softmax", "rmsnorm", "layernorm", "pointwise", "matmul", "gated"),
+           "NaN, +Inf, -Inf where the oracle propagates them: a few elements of x (row ops, pointwise operands), a NaN "
+           "and an Inf bias column and Inf/NaN residual elements (matmul with an epilogue; a NaN row of a without "
+           "one), a NaN row of x (gated); catches relu as fmax(x, 0) and other "
+           "NaN-dropping shortcuts",
+           _nonfinite),
+    Family("masked_blocks", ("softmax",),
+           "-inf blocks: leading (left padding), trailing, all but the last element, and fully masked rows (NaN: "
+           "see Special values); catches an online softmax whose running max starts at -inf without a guard",
+           _masked_blocks),
+    Family("huge", ("pointwise",),
+           "magnitudes log-uniform from 1e-2 to half the dtype's largest value, both signs: catches exp that "
+           "saturates early, and chains that overflow in an intermediate of narrower precision",
+           _huge),
+    Family("subnormal", ("pointwise", "matmul"),
+           "inputs below the smallest normal value (pointwise x; matmul a, with b of unit scale): outputs are "
+           "subnormal, so a kernel that flushes them to zero fails",
+           _subnormal),
+    Family("zero_ends", ("softmax", "rmsnorm", "layernorm"),
+           "rows whose first and last elements are exactly 0, every third row zero but for one inner element: "
+           "catches shortcuts that test a row's ends for an all-zero row",
+           _zero_ends),
     Family("structured", ("fft",),
            "constant rows, single impulses, alternating signs: all energy in the zero or Nyquist bin",
            _fft_structured),
@@ -287,20 +418,50 @@ def families(op: str) -> list[Family]:
 
 
 # --- runtime scalars ----------------------------------------------------------
-def varied_scalars(region, rng) -> dict:
-    """``runtime_args`` for a probe: different values from the caller's ``region.runtime_args()``.
+def _default_of(region, name: str):
+    """The default of ``name`` in the region type's constructor (eps 1e-6 rmsnorm, 1e-5 layernorm), or None."""
+    import inspect
 
-    eps: 10x or 1/10x the caller's (kept in (0, 0.1]); attention scale: x0.5 or x1.7 with a random sign
-    of the change; pointwise scalars: each redrawn from +-U(0.25, 3).
+    param = inspect.signature(type(region).__init__).parameters.get(name)
+    return None if param is None or param.default is inspect.Parameter.empty else param.default
+
+
+def scalar_sentinels(region) -> dict[str, list]:
+    """Per runtime scalar, the values varied probes take in turn (``varied_scalars``): a different value of
+    the caller's, then the sentinels a kernel may treat specially (1.0, 0.0 where legal, the op's default, a
+    negative value where legal), so a kernel that reads ``scale == 1.0`` as "not given" meets it."""
+    args = region.runtime_args()
+    found: dict[str, list] = {}
+    if "eps" in args:  # legal: finite and > 0
+        eps = args["eps"]
+        default = _default_of(region, "eps")
+        found["eps"] = [eps * 10.0 if eps * 10.0 <= 0.1 else eps / 10.0, 1.0,
+                        default if default is not None and default != eps else eps / 10.0, eps * 100.0 if eps <= 1e-3
+                        else eps / 100.0]
+    if args.get("scale") is not None:  # attention: any finite scale; None is the default 1/sqrt(d)
+        scale = args["scale"]
+        found["scale"] = [scale * 1.7, 1.0, None, -scale, 0.0, scale * 0.5]
+    if "scalars" in args:
+        found["scalars"] = ["draw", 1.0, 0.0, -1.0, "draw", -0.5]
+    return found
+
+
+def varied_scalars(region, rng, index: int | None = None) -> dict:
+    """``runtime_args`` for a probe: values other than the caller's ``region.runtime_args()``.
+
+    ``index`` (the probe's place in the plan) picks the turn in ``scalar_sentinels``: index 1 (the real shape's
+    second probe) takes a plain change (eps x10 or /10, attention scale x1.7, pointwise constants redrawn from
+    +-U(0.25, 3)), later ones the sentinels. Without an index the plain change, as before.
     """
     args = dict(region.runtime_args())
-    if "eps" in args:
-        eps = args["eps"]
-        args["eps"] = eps * 10.0 if eps * 10.0 <= 0.1 else eps / 10.0
-    if "scale" in args and args["scale"] is not None:
-        args["scale"] = args["scale"] * float(rng.choice([0.5, 1.7]))
-    if "scalars" in args:
-        args["scalars"] = [float(rng.uniform(0.25, 3.0) * rng.choice([-1.0, 1.0])) for _ in args["scalars"]]
+    turn = 0 if index is None else max(index - 1, 0)
+    for name, values in scalar_sentinels(region).items():
+        value = values[turn % len(values)]
+        if name == "scalars":
+            args["scalars"] = [float(rng.uniform(0.25, 3.0) * rng.choice([-1.0, 1.0])) if value == "draw"
+                               else float(value) for _ in args["scalars"]]
+        else:
+            args[name] = value
     return args
 
 
@@ -312,10 +473,74 @@ def markdown() -> str:
              "caller's runtime scalars; the real shape again with new data, the op's first adversarial family and",
              "varied scalars; a shape of the bucket whose dimensions all differ, with tails that are not multiples of",
              "8, 16, 32, 64 or 128 (always); every adversarial family at the bucket's low corner; the bucket's",
-             "corners with each dimension low or high independently. The families and corners together cost at",
-             "most 0.2x the real shape's work (or 2^27 work units, so small buckets are probed fully). Runtime scalars",
-             "vary: eps x10 (or /10), attention scale x0.5 or x1.7, pointwise constants redrawn from +-U(0.25, 3).",
-             "A family's budget replaces the op's budget for its probes only.", "",
+             "corners with each dimension low or high independently; sizes inside the bucket (each power-of-two",
+             "dimension just past 5B/8, 3B/4 and 7B/8 of its bound B, odd tails: 643, 771, 899 for B = 1024). The",
+             "families and corners together cost at most 0.2x the real shape's work (or 2^27 work units, so small",
+             "buckets are probed fully); the families share half of that, and a family that does not fit at the low",
+             "corner runs at a shrunk shape (every power-of-two dimension scaled down together, odd tails): no family",
+             "is ever dropped. A candidate may decline a shrunk shape (it is outside the bucket); the family then runs",
+             "at the low corner.",
+             "",
+             "Every probe reproduces the caller's layout of every operand (`arbiter.layouts`: the key's `layouts`",
+             "attribute names the class, rank and row alignment of each operand that is not plain: padded, transposed,",
+             "permuted, broadcast, strided, another rank), with NaN in every gap and padding element, and alternate",
+             "probes put every operand and the output one element off a 16-byte boundary (pointer alignment is not",
+             "keyed: both paths are probed under one verdict; a real shape above 2^27 work units stays aligned and the",
+             "bucket's other probes alternate). A legal in-place key (`inplace`) is probed in place.",
+             "The output sits inside a NaN guard band of 256 elements each side: a write outside it fails.",
+             "",
+             "Runtime scalars vary in turn: eps x10 (or /10), 1.0, the op's default (rmsnorm 1e-6, layernorm 1e-5),",
+             "x100 (or /100); attention scale x1.7, 1.0, the default 1/sqrt(d), the negated caller's, 0.0, x0.5;",
+             "pointwise constants redrawn from +-U(0.25, 3), then 1.0, 0.0, -1.0, a redraw, -0.5. A family's budget",
+             "replaces the op's budget for its probes only.",
+             "",
+             "## Special values",
+             "",
+             "The oracle's float64 semantics are the contract, and the `nonfinite`, `masked_blocks`, `huge`,",
+             "`subnormal` and `zero_ends` families probe them. Where the oracle is NaN the output must be NaN, where",
+             "it is +-Inf the same infinity (an exact value beyond the output dtype's range counts as that infinity),",
+             "and where it is finite the output must be finite and within the budget.",
+             "",
+             "| op | NaN / Inf inputs | masked (-inf) entries | other |",
+             "| --- | --- | --- | --- |",
+             "| softmax | a NaN or +Inf in a row makes the whole row NaN (x - max is NaN there) | -inf entries get 0; "
+             "a leading, trailing or all-but-one masked block is an ordinary row; a fully masked row is NaN in "
+             "every element (0/0: the row has no distribution; NumPy's and torch.softmax's answer) | rows with zero "
+             "first and last elements |",
+             "| rmsnorm | a NaN makes its row NaN; an Inf row is 0 at finite elements and NaN at the Inf (x / inf) "
+             "| - | rows with zero first and last elements |",
+             "| layernorm | a NaN or Inf makes its row NaN | - | rows with zero first and last elements |",
+             "| pointwise | elementwise IEEE semantics step by step; `relu`, `max`, `min` propagate NaN (NumPy's "
+             "maximum, not fmax) | - | magnitudes up to half the dtype's largest value; subnormal inputs (flush to "
+             "zero fails) |",
+             "| matmul | NaN and +Inf bias columns and Inf/NaN residual elements pass through the activation "
+             "elementwise; a NaN row of `a` (under an activation) makes its output row NaN. NaN/Inf in `a`/`b` of a "
+             "plain product are not probed: fast algorithms (Strassen) spread them to other outputs | - | subnormal "
+             "`a` with unit `b` (subnormal outputs) |",
+             "| gated | a NaN row of `x` makes its output row NaN | - | - |",
+             "",
+             "Flush-to-zero is not allowed under the default contract: a kernel that flushes fails the `subnormal`",
+             "family (a looser declared budget is the way to serve it, with the caller's consent).",
+             "",
+             "## Catch probabilities at large shapes",
+             "",
+             "* Linear products (matmul without an activation) at more than 2^27 work units: Freivalds products with",
+             "  4 random sign vectors bound every row's error norm, so a wrong element of magnitude above the row's",
+             "  budget is caught with certainty (each sign vector sees it in full).",
+             "* Nonlinear products (an activation, gated) at more than 2^27 work units: beside sampled rows and",
+             "  columns and the partial last tile, the exact reference of every output (i, j) with",
+             "  `(j - i) mod 8 == s` (s random per probe) at 1/8 of the product's work in float64. Every 1x8 run of a",
+             "  row and every 8x1 run of a column holds exactly one checked element, so one wrong 1x8 (or 8x1)",
+             "  fragment anywhere in the output is caught with probability 1 (>= 0.999 as required); a single wrong",
+             "  element with probability 1/8 per real-shape probe.",
+             "* Attention at large shapes: the exact reference of sampled query rows of every head (unchanged).",
+             "* Repeats: 36 runs of one probe on the same inputs, at the real shape when 36 runs cost at most",
+             "  max(0.15x the real shape's work, 2^22 units), else at the real shape shrunk to fit; the first is",
+             "  checked against the oracle, the others against the first, bitwise under a deterministic contract",
+             "  (the default; `Contract(deterministic=False)`: within the budget). A race that corrupts one call in 8",
+             "  escapes all 35 comparisons with probability (7/8)^36 = 0.8%: caught with probability 0.992. Cost:",
+             "  0.15x the real shape's work at large keys.",
+             "",
              "| op | family | values | budget |", "| --- | --- | --- | --- |"]
     for fam in (BENIGN,) + CATALOGUE:
         ops = "(every op)" if fam.ops == ("*",) else ", ".join(fam.ops)

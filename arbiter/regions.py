@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from arbiter import targets
+from arbiter import layouts, targets
 from arbiter.errors import RegionError
 from arbiter.keys import EXACT, ProblemKey, bucket_of, layout_class
 from arbiter.memo import Memo
@@ -157,6 +157,9 @@ class Region(metaclass=Memoized):
         self.out = native
 
     def _finish(self, layout: str, dims: dict, attrs: tuple):
+        # What the coarse layout letters do not say (bias/weight/residual layouts, ranks, padding, broadcast) and
+        # a legal in-place out= (an illegal overlap raises here): ``arbiter.layouts``.
+        attrs = attrs + layouts.key_attrs(self)
         if _consent.looser:  # arbiter.configure(looser_accuracy=True): the opt-in is part of every key
             attrs = attrs + (LOOSER_ATTR,)
         self.layout = layout

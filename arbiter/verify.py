@@ -8,13 +8,17 @@
 * a shape whose dimensions all differ, with odd tails (not multiples of 8 ... 128), varied scalars
   (always, whatever it costs);
 * every adversarial value family of the op (``arbiter.probes``: large logits, near-constant rows,
-  large offsets, tiny values, ...) at the bucket's low corner, with varied scalars;
-* the bucket's corners with each dimension low or high independently,
+  large offsets, tiny values, NaN/Inf, masked blocks, huge magnitudes, subnormals, ...) at the bucket's low
+  corner, or at a shrunk shape when the cost cap binds (a family is never dropped), with varied scalars
+  (the sentinels 1.0, 0.0, the op's default, negatives in turn);
+* the bucket's corners with each dimension low or high independently, then sizes inside the bucket
+  (``interior_shapes``);
+* ``REPEATS`` runs of one probe on the same inputs, compared bitwise (``_repeats``),
 
-strided operands (layout class S) drawn as every-other-element views and as padded rows (unit inner
-stride, aligned rows) on alternate probes, so a kernel choosing its path by strides is probed on both;
-the families and corners within a cost cap (``EXTRA_WORK_FACTOR`` x the real shape's work, or
-``EXTRA_WORK_FLOOR``).
+every operand in the caller's layout (``arbiter.layouts``: the key's ``layouts`` attribute), a legal
+in-place key probed in place, alternate probes one element off a 16-byte boundary, the output inside a
+poisoned guard band; the families and corners within a cost cap (``EXTRA_WORK_FACTOR`` x the real shape's
+work, or ``EXTRA_WORK_FLOOR``).
 Each probe's data is fresh (entropy-seeded; the seed is named in a failure so it can be replayed
 with ``ARBITER_GATE_SEED``). The candidate gets its own copy of the inputs and an output the gate
 allocated and poisoned with NaN itself (never the production allocator); the oracle reads a
@@ -27,9 +31,10 @@ Large probes are checked at about the cost of one run (``check_output``): matmul
 epilogue by Freivalds products with random sign vectors in float64 (every row's error norm and
 the relative Frobenius error, so one wrong element anywhere fails) plus the exact reference on
 sampled rows, the last row and the last and a random column; nonlinear products (gated, matmul
-with an activation, attention) by the exact reference on sampled rows and columns plus the last
-ones; row ops (softmax, norms, fft, pointwise) by the full reference in bounded row chunks. The
-bucket's smaller probes of the sampled products are compared in full where that costs at most a quarter
+with an activation) by the exact reference on sampled rows and columns, the last ones, and a diagonal
+holding one element of every 1x8 and 8x1 run (``_diagonal``); attention on sampled query rows; row
+ops (softmax, norms, fft, pointwise) by the full reference in bounded row chunks. The bucket's
+smaller probes of the sampled products are compared in full where that costs at most a quarter
 of the real shape's work and fits the scratch bound. On a GPU target the float64 reference is computed
 on the device (``oracles.on_device``).
 
@@ -57,7 +62,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from arbiter import oracles, probes, targets
+from arbiter import layouts, oracles, probes, targets
 from arbiter.candidates import Candidate, Fallback
 from arbiter.keys import POW2
 from arbiter.memo import Memo
@@ -76,6 +81,8 @@ if TYPE_CHECKING:
 # whichever is larger: small buckets are probed fully, a huge key stays near two runs.
 EXTRA_WORK_FACTOR = 0.2
 EXTRA_WORK_FLOOR = 1 << 27
+# The part of that cap the adversarial families share (at the bucket's low corner, or shrunk to fit).
+FAMILY_SHARE = 0.5
 # Products (matmul, gated, attention) with more work than this are checked with randomized/sampled
 # references; smaller ones against the full float64 oracle.
 CHEAP_CHECK_WORK = 1 << 27
@@ -91,6 +98,11 @@ class Probe:
     dims: dict
     family: probes.Family
     vary_scalars: bool
+    # False for a shape outside the key's bucket: a family shrunk to fit the cost cap, an interior size with the
+    # other dimensions shrunk. A candidate may decline those (it need not serve other buckets); ``fallback``
+    # is then probed instead (the family at the bucket's low corner), or nothing when it is None.
+    inside: bool = True
+    fallback: dict | None = None
 
     @property
     def label(self) -> str:
@@ -138,8 +150,45 @@ def skew_shape(region) -> dict:
     return shape
 
 
+def shrunk(dims: dict, region, work: float) -> dict:
+    """``dims`` with its bucketed-by-powers-of-two dimensions scaled down together until the shape costs at most
+    ``work`` units, each ending in an odd tail (exactly bucketed dimensions, attention's ``d`` and fft's ``n``,
+    stay: kernels specialise on them)."""
+    free = [n for n, v in dims.items() if v > 1 and region.bucket_policy.get(n, POW2) is POW2]
+    if not free or _cost(dims) <= work:
+        return dict(dims)
+    fixed = _cost({n: v for n, v in dims.items() if n not in free})
+    factor = (max(work / fixed, 1.0) / math.prod(dims[n] for n in free)) ** (1.0 / len(free))
+    out = dict(dims)
+    for n in free:
+        v = max(1, int(dims[n] * factor))
+        out[n] = v if v < 3 or v % 2 else v - 1  # odd: not a multiple of any tile
+    return out
+
+
+INTERIOR_MIN = 64  # buckets of at least this bound get interior sizes (smaller ones are probed at every corner)
+
+
+def interior_shapes(region) -> list[dict]:
+    """Sizes inside a bucket, not only at its corners: for each power-of-two dimension whose bucket spans
+    (B/2, B], one size just past each eighth-boundary 5B/8, 3B/4, 7B/8 with an odd tail (B=1024: 643, 771, 899;
+    none a multiple of 128), the other dimensions at the bucket's low corner. A kernel that changes its path in
+    a size range (a K above 768 that is not a multiple of 128) is probed there."""
+    low = corner_shapes(region)[0]
+    shapes = []
+    for name, bound in region.key.bucket:
+        if region.bucket_policy.get(name, POW2) is not POW2 or bound < INTERIOR_MIN:
+            continue
+        for j in (5, 6, 7):
+            shape = dict(low)
+            shape[name] = min(bound * j // 8 + 3, bound)
+            shapes.append(shape)
+    return shapes
+
+
 def probe_plan(region) -> list[Probe]:
-    """The probes of one verification, in order (see the module docstring)."""
+    """The probes of one verification, in order (see the module docstring). No family is ever dropped: one that
+    does not fit the cost cap at the bucket's low corner runs at a shrunk shape."""
     real = dict(region.dims)
     fams = probes.families(region.op)
     plan = [Probe(real, probes.BENIGN, False), Probe(real, fams[1] if len(fams) > 1 else probes.BENIGN, True)]
@@ -147,15 +196,23 @@ def probe_plan(region) -> list[Probe]:
     low = corners[0]
     # Unequal dimensions with odd tails (and varied scalars) are always probed, whatever they cost: a square
     # first call must not certify a kernel that assumes square matrices or seq_q == seq_k. Then, within the
-    # cap, each adversarial family at the bucket's cheapest shape, then the mixed corners.
+    # cap, each adversarial family at the bucket's cheapest shape (shrunk when it does not fit: never dropped),
+    # then the mixed corners, then sizes inside the bucket.
     skew = skew_shape(region)
     if skew != real:
         plan.append(Probe(skew, probes.BENIGN, True))
-    extra = [Probe(low, fam, True) for fam in fams[1:]]
-    extra += [Probe(c, probes.BENIGN, i % 2 == 1) for i, c in enumerate(sorted(corners, key=_cost))]
     cap = max(EXTRA_WORK_FACTOR * _cost(real), EXTRA_WORK_FLOOR)
-    seen = {(p.label, p.vary_scalars) for p in plan}
     spent = _cost(skew) if skew != real else 0  # the skew probe counts against the cap it is exempt from
+    family_probes = fams[1:]  # the first ran at the real shape already; it runs at the low corner too
+    share = cap * FAMILY_SHARE / max(len(family_probes), 1)
+    for fam in family_probes:
+        dims = low if _cost(low) <= share else shrunk(low, region, share)
+        inside = dims == low
+        plan.append(Probe(dims, fam, True, inside, None if inside else dict(low)))
+        spent += _cost(dims)
+    seen = {(p.label, p.vary_scalars) for p in plan}
+    extra = [Probe(c, probes.BENIGN, i % 2 == 1) for i, c in enumerate(sorted(corners, key=_cost))]
+    extra += [Probe(d, probes.BENIGN, True) for d in interior_shapes(region)]
     for probe in extra:
         if (probe.label, probe.vary_scalars) in seen or (probe.dims == real and probe.family is probes.BENIGN):
             continue
@@ -177,15 +234,27 @@ def probe_shapes(region) -> list[dict]:
     return shapes
 
 
-def _draw(region, probe: Probe, rng, padded: bool = False) -> Region:
-    """A fresh random instance for ``probe``. ``padded``: strided operands (layout class S) as padded rows
-    (unit inner stride, aligned row starts) instead of every other element (``regions.random_operand``);
-    the plan alternates the two, so a kernel that picks its path by strides is probed on both."""
-    args = probes.varied_scalars(region, rng) if probe.vary_scalars else region.runtime_args()
-    layout = region.layout.replace("S", "P") if padded else region.layout
-    fresh = region.random(region.target, region.dtype, dict(probe.dims), dict(region.attrs), layout, rng, **args)
+def _draw(region, probe: Probe, rng, shift: bool = False, dims: dict | None = None, index: int = 0,
+          caller_layout: bool = True) -> Region:
+    """A fresh random instance for ``probe`` (at ``dims`` where given) in the caller's layout of every operand
+    (``arbiter.layouts``: the key's ``layouts`` attribute: padding, transposition, permutation, broadcast, rank);
+    ``shift``: every operand one element off a 16-byte boundary (the plan alternates, so a kernel that picks its
+    path by pointer alignment is probed on both)."""
+    args = probes.varied_scalars(region, rng, index) if probe.vary_scalars else region.runtime_args()
+    fresh = region.random(region.target, region.dtype, dict(dims or probe.dims), dict(region.attrs), region.layout,
+                          rng, **args)
     if all(int(a.size) for a in fresh.operands().values()):  # an empty operand has no values to shape
         probe.family.apply(fresh, rng)
+    if not caller_layout:  # drawn on the host for an opaque target: plain layouts (``_upload`` moves them)
+        return fresh
+    layouts.reproduce(fresh, region.attrs, shift)
+    tokens, aliased = layouts.parse(region.attrs)
+    if tokens or aliased:  # the probe is of the caller's key: its layout and in-place attributes
+        from arbiter.keys import ProblemKey
+
+        k = fresh.key
+        fresh.layout, fresh.attrs = region.layout, tuple(region.attrs)
+        fresh.key = ProblemKey.make(k.target, k.op, k.dtype, region.key.layout, region.attrs, k.bucket)
     return fresh
 
 
@@ -273,11 +342,14 @@ def pristine_copy_target(region, target: str):
     return clone
 
 
-def changed_inputs(region, pristine) -> str:
-    """"" when every operand of ``region`` equals (bitwise, NaN included) its pristine copy, else which changed."""
+def changed_inputs(region, pristine, skip=()) -> str:
+    """"" when every operand of ``region`` equals (bitwise, NaN included) its pristine copy, else which changed;
+    ``skip``: operands that are the output (a legal in-place key)."""
     found = []
     theirs = pristine.operands()
     for name, arr in region.operands().items():
+        if name in skip:
+            continue
         ref = theirs[name]
         xp = array_module(arr)
         if not _native(arr) or array_module(ref) is not xp:
@@ -581,7 +653,40 @@ def _products_sampled(region, y, budget, rng) -> tuple[str, float, float]:
                             (finish(z_cols, all_rows, cidx), y[:, cidx], lambda i: (i[0], cols[i[1]]))):
         if tally.add(ys, ref, budget, origin):
             break
+    if not linear and not tally.reason:
+        _diagonal(region, y, left, rights, finish, tally, budget, int(rng.integers(0, DIAGONAL)))
     return tally.finish(budget, rms=rms, rel=rel)
+
+
+DIAGONAL = 8  # the diagonal check's period: every run of 8 adjacent outputs, across or down, holds one checked
+
+
+def _diagonal(region, y, left, rights, finish, tally, budget, shift: int) -> None:
+    """The exact reference of every output (i, j) with ``(j - i) % 8 == shift`` (``shift`` random per probe), into
+    ``tally``. Every 1x8 run of a row and every 8x1 run of a column holds exactly one such element, so a wrong
+    1x8 (or 8x1) fragment anywhere is caught with certainty, a single wrong element with probability 1/8, at
+    1/8 of the product's work in float64: rows ``g::8`` against columns ``(g + shift) % 8::8`` for g in 0..7."""
+    m, n = y.shape
+    k = left.shape[1]
+    step = max(1, _row_step(k) // 2)
+    for g in range(min(DIAGONAL, m)):
+        c0 = (g + shift) % DIAGONAL
+        if c0 >= n:
+            continue
+        cols = slice(c0, n, DIAGONAL)
+        w_cols = [w[:, cols].astype(np.float64) for w in rights]
+        row_ids = range(g, m, DIAGONAL)
+        for r0 in range(0, len(row_ids), step):
+            rsel = slice(g + r0 * DIAGONAL, min(m, g + (r0 + step) * DIAGONAL), DIAGONAL)
+            a64 = left[rsel].astype(np.float64)
+            ref = finish([a64 @ wc for wc in w_cols], rsel, cols)
+            first_row = g + r0 * DIAGONAL
+
+            def origin(i, first_row=first_row, c0=c0):
+                return (first_row + DIAGONAL * i[0], c0 + DIAGONAL * i[1])
+
+            if tally.add(y[rsel, cols], ref, budget, origin):
+                return
 
 
 def _attention_sampled(region, y, budget, rng) -> tuple[str, float, float]:
@@ -645,6 +750,92 @@ def _scalars_text(region) -> str:
                      for k, v in args.items())
 
 
+GUARD_ELEMENTS = 256  # poisoned elements on each side of the gate's output: a write past it fails
+# Runs of one probe compared with each other (``repeats``): a race that corrupts one call in 8 shows in at least
+# one of 36 runs with probability 1 - (7/8)^36 = 0.992.
+REPEATS = 36
+# The repeats cost at most this multiple of the real shape's work (or REPEAT_WORK_FLOOR units): at the real shape
+# when they fit, else at a shape shrunk to fit.
+REPEAT_WORK_FACTOR = 0.15
+REPEAT_WORK_FLOOR = 1 << 22
+
+
+def _guarded_out(target, shape, dtype: str, shift: bool):
+    """(the gate's output, its whole buffer, the output's slice of it): NaN-poisoned, inside a poisoned band of
+    ``GUARD_ELEMENTS`` each side; ``shift``: the output one element off a 16-byte boundary too."""
+    size = math.prod(shape)
+    lead = GUARD_ELEMENTS + (1 if shift else 0)
+    buf = target.full((lead + size + GUARD_ELEMENTS,), np.nan, dtype)
+    return buf[lead:lead + size].reshape(shape), buf, (lead, lead + size)
+
+
+def _guard_reason(buf, span) -> str:
+    """"" when the guard band around the output is still all NaN, else where it was written."""
+    xp = array_module(buf)
+    lo, hi = span
+    for part, where in ((buf[:lo], "before"), (buf[hi:], "after")):
+        ok = xp.isnan(part)
+        if not bool(ok.all()):
+            first = int(xp.argmin(ok))
+            offset = lo - first if where == "before" else first + 1
+            return (f"wrote outside its output: element {offset} {where} it (the poisoned guard band) changed; a "
+                    "kernel may write its output's elements and nothing else")
+    return ""
+
+
+@dataclass
+class _Run:
+    reason: str
+    y: Any = None
+    pristine: Any = None
+
+
+def _run_once(candidate, params, fresh, target, label: str, shift: bool, aliased: list[str],
+              guard: bool, pristine=None) -> _Run:
+    """One run of the candidate on probe ``fresh``, in the gate's own poisoned, guarded output (or, for a legal
+    in-place key, in the aliased operand placed inside the guard band). Checks what needs no oracle."""
+    if guard:
+        out, buf, span = _guarded_out(target, fresh.output_shape(), fresh.out_dtype, shift)
+    else:  # an opaque target's arrays: no views of a wider buffer
+        out, buf, span = target.full(fresh.output_shape(), np.nan, fresh.out_dtype), None, None
+    if aliased:  # out= is the input (in-place residual add or norm): the aliased operands are the output
+        out[...] = (pristine or fresh).operands()[aliased[0]]
+        layouts.set_operands(fresh, {name: out for name in aliased})
+    if pristine is None:
+        pristine = pristine_copy(fresh)
+    try:
+        result = candidate.run(fresh.with_out(out), params)
+        target.synchronize()
+    except Exception as exc:  # any failure of the candidate is its verdict, never ours
+        return _Run(f"at {label}: raised {type(exc).__name__}: {exc}")
+    if isinstance(result, Fallback):
+        return _Run(f"at {label}: declined ({result.reason}); a decliner may not win")
+    if result is not out:
+        return _Run(f"at {label}: returned a new array instead of writing the given output")
+    changed = changed_inputs(fresh, pristine, skip=aliased)
+    if changed:
+        return _Run(f"at {label}: wrote to its input {changed}; inputs must stay unchanged")
+    if buf is not None:
+        reason = _guard_reason(buf, span)
+        if reason:
+            return _Run(f"at {label}: {reason}")
+    y = out if _native(out) else np.asarray(target.to_host(out))
+    return _Run("", y, pristine)
+
+
+def repeat_dims(region) -> dict:
+    """Where the repeats run: the real shape when ``REPEATS`` runs of it fit the repeat budget, else the real
+    shape shrunk (together, odd tails) until they do."""
+    real = dict(region.dims)
+    work = max(REPEAT_WORK_FACTOR * _cost(real), REPEAT_WORK_FLOOR) / REPEATS
+    return real if _cost(real) <= work else shrunk(real, region, work)
+
+
+def _same_bits(a, b) -> bool:
+    xp = array_module(a)
+    return bool(xp.array_equal(a, b, equal_nan=True)) if a.dtype.kind in "fc" else bool(xp.array_equal(a, b))
+
+
 def verify(candidate: Candidate, params: dict, region) -> Verdict:
     """Run the F4 gate for one solution (candidate + params) at ``region``'s key."""
     start = time.perf_counter()
@@ -666,57 +857,116 @@ def verify(candidate: Candidate, params: dict, region) -> Verdict:
     rng, seed = _gate_rng()
     # Probes are drawn on the target itself when its arrays are ones the gate works on in place (NumPy,
     # CuPy), whatever the caller passed: a torch caller's key is gated on CuPy probes where CuPy is present.
-    # Otherwise (ROCm's device arrays, torch without CuPy) they are drawn and kept on the host.
+    # Otherwise (ROCm's device arrays, torch without CuPy) they are drawn and kept on the host, in plain layouts.
     opaque = not _draws_native(region.target)
-    for index, probe in enumerate(probe_plan(region)):
-        padded = index % 2 == 1  # strided operands: every other element, then padded rows, alternately
+    _, aliased = layouts.parse(region.attrs)
+
+    def draw(probe, index, dims=None):
+        """(probe region, shifted, its pristine copy where it was drawn on the host for an opaque target)."""
+        # pointer alignment: 16-byte aligned, then one element off, alternately; a real shape above the cost floor
+        # stays aligned (moving its operands would cost a pass over each), the bucket's other probes alternate
+        at_real = (dims or probe.dims) == dict(region.dims)
+        shift = index % 2 == 1 and not opaque and not (at_real and _cost(region.dims) > EXTRA_WORK_FLOOR)
         if opaque:  # drawn and kept on the host; the candidate gets a device copy
-            pristine = _draw(pristine_copy_target(region, "cpu"), probe, rng, padded)
-            fresh = _on_target(pristine, region.target)
-        else:
-            fresh = _draw(region, probe, rng, padded)
-        label = probe.label + (f" ({_scalars_text(fresh)})" if probe.vary_scalars and _scalars_text(fresh) else "")
-        probed.append(label)
-        applies = candidate.applies_to(fresh)
-        if applies is not True:
-            # It accepted the real shape but not this probe of its bucket: it cannot serve the bucket.
-            return verdict(f"at {label}: does not apply to the bucket's edge ({applies or 'declined'})")
-        if not opaque:
-            pristine = pristine_copy(fresh)
-        # The gate's own output, poisoned here: never the production allocator (which may hand out
-        # uninitialised or recycled memory), so an unwritten element is always NaN.
-        out = target.full(fresh.output_shape(), np.nan, fresh.out_dtype)
-        try:
-            result = candidate.run(fresh.with_out(out), params)
-            target.synchronize()
-        except Exception as exc:  # any failure of the candidate is its verdict, never ours
-            return verdict(f"at {label}: raised {type(exc).__name__}: {exc}")
-        if isinstance(result, Fallback):
-            return verdict(f"at {label}: declined ({result.reason}); a decliner may not win")
-        if result is not out:
-            return verdict(f"at {label}: returned a new array instead of writing the given output")
-        changed = changed_inputs(fresh, pristine)
-        if changed:
-            return verdict(f"at {label}: wrote to its input {changed}; inputs must stay unchanged")
-        del fresh
+            host = _draw(pristine_copy_target(region, "cpu"), probe, rng, False, dims, index, caller_layout=False)
+            return _on_target(host, region.target), shift, host
+        return _draw(region, probe, rng, shift, dims, index), shift, None
+
+    def labelled(probe, fresh, dims=None):
+        text = probe.label if dims is None else Probe(dims, probe.family, probe.vary_scalars).label
+        scalars = _scalars_text(fresh) if probe.vary_scalars else ""
+        return text + (f" ({scalars})" if scalars else "")
+
+    def judge(run, probe, pristine_dims):
+        nonlocal worst_rel, worst_excess
         fam_budget = budget if looser else probe.family.budget_for(region.op, region.dtype)
         if looser:  # a declared budget applies to every family, but never tighter than the family's own
             fb = probe.family.budget_for(region.op, region.dtype)
             fam_budget = Budget(max(budget.rel_fro, fb.rel_fro), max(budget.atol, fb.atol), max(budget.rtol, fb.rtol))
-        y = out if _native(out) else np.asarray(target.to_host(out))
-        # The bucket's smaller probes of a product the randomized check only samples (an activation, gated,
-        # attention) get the full float64 reference, where it costs at most a quarter of the real shape's
-        # work and its float64 copies fit in 64 MiB (the stated scratch bound).
-        full = (probe.dims != dict(region.dims) and not _freivalds_covers(region)
-                and 4 * _cost(probe.dims) <= _cost(region.dims)
-                and 8 * (sum(int(a.size) for a in pristine.operands().values()) + int(y.size)) <= 64 << 20)
-        reason, rel, excess = check_output(pristine, y, fam_budget, rng, full=full)
-        del pristine, out, y  # freed before the next probe draws its own (else two probes' arrays are alive)
+        # The bucket's smaller probes of a product the randomized check only samples get the full float64
+        # reference, where it costs at most a quarter of the real shape's work and fits 64 MiB.
+        full = (pristine_dims != dict(region.dims) and not _freivalds_covers(region)
+                and 4 * _cost(pristine_dims) <= _cost(region.dims)
+                and 8 * (sum(int(a.size) for a in run.pristine.operands().values()) + int(run.y.size)) <= 64 << 20)
+        reason, rel, excess = check_output(run.pristine, run.y, fam_budget, rng, full=full)
         worst_rel = max(worst_rel, rel) if not math.isnan(rel) else rel
         worst_excess = max(worst_excess, excess)
+        return reason
+
+    for index, probe in enumerate(probe_plan(region)):
+        fresh, shift, host = draw(probe, index)
+        dims = None
+        applies = candidate.applies_to(fresh)
+        if applies is not True and not probe.inside:
+            # a shape outside the bucket (shrunk to fit the cost cap): the candidate need not serve it
+            if probe.fallback is None:
+                probed.append(f"{labelled(probe, fresh)}: declined, outside the bucket")
+                continue
+            dims = probe.fallback
+            fresh, shift, host = draw(probe, index, dims)
+            applies = candidate.applies_to(fresh)
+        label = labelled(probe, fresh, dims)
+        probed.append(label)
+        if applies is not True:
+            # It accepted the real shape but not this probe of its bucket: it cannot serve the bucket.
+            return verdict(f"at {label}: does not apply to the bucket's edge ({applies or 'declined'})")
+        run = _run_once(candidate, params, fresh, target, label, shift, [] if opaque else aliased, not opaque, host)
+        if run.reason:
+            return verdict(run.reason)
+        del fresh
+        reason = judge(run, probe, dims or probe.dims)
+        del run  # freed before the next probe draws its own (else two probes' arrays are alive)
         if reason:
             return verdict(f"at {label}: {reason} [gate seed {seed}]")
+    reason = _repeats(candidate, params, region, target, draw, labelled, judge, probed, aliased, opaque)
+    if reason:
+        return verdict(f"{reason} [gate seed {seed}]")
     return verdict()
+
+
+def _repeats(candidate, params, region, target, draw, labelled, judge, probed, aliased, opaque) -> str:
+    """``REPEATS`` runs of one probe on the same inputs (``repeat_dims``): the first checked against the oracle,
+    the others against the first, bitwise under a deterministic contract (the default), within the budget
+    otherwise. Returns a failure reason or ""."""
+    dims = repeat_dims(region)
+    probe = Probe(dims, probes.BENIGN, False)
+    fresh, shift, host = draw(probe, 0)
+    if candidate.applies_to(fresh) is not True:  # a shrunk shape it need not serve: the skew shape of the bucket
+        dims = skew_shape(region)
+        probe = Probe(dims, probes.BENIGN, False)
+        fresh, shift, host = draw(probe, 0)
+        if candidate.applies_to(fresh) is not True:
+            return ""
+    contract = candidate.contract
+    deterministic = contract is None or contract.deterministic
+    label = f"{labelled(probe, fresh)} x{REPEATS} repeats"
+    probed.append(label)
+    aliased = [] if opaque else aliased
+    first = _run_once(candidate, params, fresh, target, label, shift, aliased, not opaque, host)
+    if first.reason:
+        return first.reason
+    reason = judge(first, probe, dims)
+    if reason:
+        return f"at {label}: {reason}"
+    base = first.y.copy()
+    ref_budget = budget_for(region.op, region.dtype)
+    for i in range(1, REPEATS):  # the same inputs (a run that changes them fails); an aliased one restored
+        run = _run_once(candidate, params, fresh, target, label, shift, aliased, not opaque, first.pristine)
+        if run.reason:
+            return run.reason
+        if deterministic:
+            if not _same_bits(run.y, base):
+                xp = array_module(base)
+                differ = int((~((run.y == base) | (xp.isnan(run.y) & xp.isnan(base)))).sum())
+                return (f"at {label}: run {i + 1} differs from run 1 in {differ} element(s) on the same inputs; "
+                        "a deterministic contract (the default) means bitwise-equal runs (a race, or "
+                        "uninitialised memory?). Declare Contract(deterministic=False) if the order varies")
+        else:
+            reason, _, _ = compare(run.y, base.astype(np.complex128 if base.dtype.kind == "c" else np.float64),
+                                   ref_budget)
+            if reason:
+                return f"at {label}: run {i + 1} against run 1: {reason}"
+    return ""
 
 
 # --- the verdict cache ------------------------------------------------------------------

@@ -24,6 +24,7 @@ BENCHMARKS = {
     "fft_peers.py": ([], "fft_peers.md", True),
     "fleet_scale.py": (["--url", "{tmp}/fleet.db"], "fleet_scale.md", False),
     "gate_classes.py": ([], "gate_classes.md", False),
+    "gate_cost.py": ([], "gate_cost.md", False),
     "gemm_tc.py": ([], "gemm_tc.md", True),
     "gpu_ops_suite.py": ([], "gpu_ops_suite.md", True),
     "gpu_suite.py": ([], "gpu_suite.md", True),

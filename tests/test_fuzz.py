@@ -183,14 +183,17 @@ def test_fuzz_bad_rows_name_the_argument(r, c, flaw):
 
 
 def test_fuzz_check_catches_a_kernel_wrong_only_on_nonfinite_inputs(only_candidates):
-    """The fuzz comparison can fail: a softmax that passes the gate (finite probes) but replaces inf by the
-    largest float is caught on an input holding inf."""
+    """The fuzz comparison can fail: a softmax that passes the gate but replaces inf by the largest float at the
+    caller's shape only (the gate's non-finite probes run at the bucket's low corner, 3x5) is caught on an input
+    holding inf."""
     class FiniteOnly(arbiter.Candidate):
         name, target, op, tier, priority = "finite_only_softmax", "cpu", "softmax", arbiter.Tier.HAND_TUNED, 9
 
         def run(self, region, params):
             out = region.alloc_out()
-            x = np.nan_to_num(region.x.astype(np.float64), posinf=1e300, neginf=-1e300)
+            x = region.x.astype(np.float64)
+            if x.shape == (4, 8):
+                x = np.nan_to_num(x, posinf=1e300, neginf=-1e300)
             e = np.exp(x - x.max(axis=region.axis, keepdims=True))
             out[...] = e / e.sum(axis=region.axis, keepdims=True)
             return out

@@ -66,7 +66,7 @@ def _mm(dims, dtype="float32", **attrs):
      "at "),
     (BottomRightCausal, lambda: Attention.random("cpu", "float32", {"batch": 1, "heads": 2, "q": 32, "k": 32, "d": 16},
                                                  {"causal": "1"}), "at "),
-    (AssumesDenseRows, lambda: Softmax.random("cpu", "float32", {"rows": 20, "cols": 40}, layout="S"), "at 20x40 "),
+    (AssumesDenseRows, lambda: Softmax.random("cpu", "float32", {"rows": 20, "cols": 40}, layout="P"), "at 20x40"),
     (ReluInPlace, lambda: Pointwise.random("cpu", "float32", {"size": 500}, {"chain": "relu"}),
      "wrote to its input 'x'"),
     (Bf16Matmul, lambda: _mm({"m": 32, "n": 32, "k": 32}), "has not opted in"),

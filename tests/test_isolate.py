@@ -41,21 +41,28 @@ class Hog(Good):
 
 
 class CrashesWhenTimed(Good):
-    """Passes the gate (13 probes at 16x16x16), then segfaults on its 26th call, inside timing."""
+    """Passes the gate (its probes and repeats at 16x16x16: ``limit`` calls), then segfaults on the next call,
+    inside timing."""
 
     name, tier = "crashes_when_timed", Tier.HAND_TUNED
     calls = 0
 
+    def __init__(self, limit: int = 25):
+        self.limit = limit  # an instance attribute: pickled to the child process with the candidate
+
     def run(self, region, params):
         type(self).calls += 1
-        if type(self).calls > 25:
+        if type(self).calls > self.limit:
             ctypes.string_at(0)
         return super().run(region, params)
 
 
 def test_crashing_hanging_and_hogging_candidates_fail_alone(only_candidates):
-    only_candidates("cpu", "matmul", Good(), Segfaults(), Hangs(), Hog(), CrashesWhenTimed())
+    from arbiter.verify import REPEATS, probe_plan
+
     region = Matmul.random("cpu", "float32", {"m": 16, "n": 16, "k": 16})
+    only_candidates("cpu", "matmul", Good(), Segfaults(), Hangs(), Hog(),
+                    CrashesWhenTimed(len(probe_plan(region)) + REPEATS))
     decision = tune_region(region, dispatch.store(), runner=Isolated(timeout_s=5, memory_bytes=4 << 30),
                            budget_s=0.5)
     reasons = {r.candidate.name: (r.status, r.reason) for r in decision.rows}

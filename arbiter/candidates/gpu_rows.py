@@ -17,6 +17,7 @@ from operator import attrgetter
 
 import numpy as np
 
+from arbiter import layouts
 from arbiter.candidates import Tier
 from arbiter.candidates.gpu import GpuCandidate, aligned16, next_pow2
 from arbiter.targets.kernels import VEC16, KernelBackend
@@ -83,6 +84,9 @@ def check_rows(region, dtypes, max_cols: int) -> bool | str:
         return f"dtype {region.dtype} is not one of {', '.join(dtypes)}"
     if region.layout != "R" or not region.axis_last:
         return "needs a C-contiguous x reduced over its last axis; the vendor candidates serve others"
+    packed = layouts.packed_reason(region)  # weight and bias are read as packed vectors
+    if packed is not True:
+        return packed
     cols_bound = dict(region.key.bucket)["cols"]
     if cols_bound > max_cols:
         return f"rows of up to {max_cols} columns (register-resident); this bucket reaches {cols_bound}"

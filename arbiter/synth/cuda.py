@@ -23,7 +23,11 @@ from arbiter.synth import ACTIVATIONS, Chain, content_hash, render_expression
 from arbiter.targets.nvrtc import BACKEND
 
 DTYPES = ("float32", "float16", "bfloat16")
-_FUNCTIONS = {"erf": "erff", "tanh": "tanhf", "exp": "expf", "max": "fmaxf"}
+# max is nan_max (common.cuh defines it for the templates; NAN_MAX for kernels without common.cuh): relu(NaN)
+# stays NaN, as in the oracle (fmaxf would give 0)
+_FUNCTIONS = {"erf": "erff", "tanh": "tanhf", "exp": "expf", "max": "nan_max"}
+NAN_MAX = ("__device__ __forceinline__ float nan_max(float a, float b) "
+           "{ return (a != a || b != b) ? a + b : fmaxf(a, b); }\n")
 _SIGN = {"add": "+", "sub": "-", "mul": "*"}
 
 

@@ -50,7 +50,10 @@ UNARY = {
     "square": "v * v",
 }
 # Each binary step as an expression in v and its operand r.
-BINARY = {"add": "v + {r}", "sub": "v - {r}", "mul": "v * {r}", "max": "max(v, {r})", "min": "min(v, {r})"}
+# max and min propagate a NaN from either side, as the oracle's np.maximum/np.minimum do (numba's max/min keep
+# the first argument when the second is NaN).
+BINARY = {"add": "v + {r}", "sub": "v - {r}", "mul": "v * {r}", "max": "max(v, {r}) if {r} == {r} else {r}",
+          "min": "min(v, {r}) if {r} == {r} else {r}"}
 
 
 def source(steps, dtype: str) -> str:

@@ -74,9 +74,12 @@ class NumbaEpilogue(Candidate):
 
     def run(self, region, params):
         out = region.alloc_out()
-        np.matmul(region.a, region.b, out=out)
+        if region.residual is not None and np.may_share_memory(region.residual, out):
+            z = np.matmul(region.a, region.b)  # out= is the residual (in place): the product may not overwrite it
+        else:
+            z = np.matmul(region.a, region.b, out=out)
         k = self.generated(region, params)
-        args = (out, out) + tuple(getattr(region, o) for o in ("bias", "residual") if getattr(region, o) is not None)
+        args = (z, out) + tuple(getattr(region, o) for o in ("bias", "residual") if getattr(region, o) is not None)
         if region.dtype not in k.compile_s:
             self._last_compile_s = k.ensure(region.dtype, args)
         k.fn(*args)

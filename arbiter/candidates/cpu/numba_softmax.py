@@ -38,6 +38,8 @@ def softmax_rows(x, out, chunk):
             cm = x[r, c0]
             for c in range(c0 + 1, c1):
                 cm = max(cm, x[r, c])
+            if cm == -np.inf:  # a fully masked chunk adds nothing (and exp(-inf - -inf) would be NaN)
+                continue
             if cm > m:  # the running max grew: rescale what is summed so far
                 s *= fast_exp(m - cm)
                 m = cm

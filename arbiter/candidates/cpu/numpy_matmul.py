@@ -17,8 +17,12 @@ class NumpyMatmul(Candidate):
         out = region.alloc_out()
         acc = accumulate_dtype(out.dtype)
         a, b = region.a, region.b
-        if acc == out.dtype:
+        # out= may be the residual (an in-place residual add): then the product must not land on it before it is read
+        in_place = region.residual is not None and np.may_share_memory(region.residual, out)
+        if acc == out.dtype and not in_place:
             z = np.matmul(a, b, out=out)
+        elif acc == out.dtype:
+            z = np.matmul(a, b)
         else:  # half precision: multiply in float32, round once at the end
             z = np.matmul(a.astype(acc), b.astype(acc))
         if region.bias is not None:

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from arbiter import layouts
 from arbiter.candidates.gpu import GpuCandidate
 from arbiter.memo import Memo
 from arbiter.synth import ACTIVATIONS
-from arbiter.synth.cuda import cuda_expression
+from arbiter.synth.cuda import NAN_MAX, cuda_expression
 from arbiter.targets import nvrtc
 from arbiter.targets.nvidia import cupy_module as cupy
 
@@ -40,7 +41,8 @@ def _epilogue_kernel(activation: str, bias: bool, residual: bool):
             body.append("v += (float)res;")
         body.append("out = (T)v;")
         fn = _epilogues[key] = cupy().ElementwiseKernel(params, "T out", " ".join(body),
-                                                        f"arbiter_epilogue_{activation}_{int(bias)}{int(residual)}")
+                                                        f"arbiter_epilogue_{activation}_{int(bias)}{int(residual)}",
+                                                        preamble=NAN_MAX)  # relu's nan_max
     return fn
 
 
@@ -79,4 +81,4 @@ def check_gemm(region, dtypes) -> bool | str:
         return f"dtype {region.dtype} is not one of {', '.join(dtypes)}"
     if region.layout[:2] != "RR":
         return f"needs C-contiguous a and b (layout RR), got {region.layout[:2]}; the vendor candidates serve others"
-    return True
+    return layouts.packed_reason(region)  # the fused epilogue reads bias and residual as packed arrays

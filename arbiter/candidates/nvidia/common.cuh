@@ -37,8 +37,11 @@ __device__ __forceinline__ T from_f(float x) {
 // Elements per 16-byte vector load.
 #define VEC16 (16 / (int)sizeof(T))
 
+// max that keeps a NaN from either side, as the oracle's np.maximum does (fmaxf drops it: relu(NaN) would be 0).
+__device__ __forceinline__ float nan_max(float a, float b) { return (a != a || b != b) ? a + b : fmaxf(a, b); }
+
 // Activations of the matmul epilogue, in float.
-__device__ __forceinline__ float act_relu(float v) { return fmaxf(v, 0.0f); }
+__device__ __forceinline__ float act_relu(float v) { return nan_max(v, 0.0f); }
 __device__ __forceinline__ float act_gelu(float v) { return 0.5f * v * (1.0f + erff(v * 0.70710678118654752f)); }
 __device__ __forceinline__ float act_gelu_tanh(float v) {
     return 0.5f * v * (1.0f + tanhf(0.79788456080286536f * (v + 0.044715f * v * v * v)));

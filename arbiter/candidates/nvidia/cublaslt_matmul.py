@@ -32,6 +32,7 @@ from importlib import metadata
 
 import numpy as np
 
+from arbiter import layouts
 from arbiter.candidates import Tier, register
 from arbiter.candidates.nvidia._cuda import NvidiaCandidate, cupy
 from arbiter.memo import Memo
@@ -171,6 +172,9 @@ class CublasLtMatmul(NvidiaCandidate):
             return f"dtype {region.dtype} is not one of {', '.join(DTYPES)}"
         if "S" in region.layout:
             return f"layout {region.layout}: cuBLASLt takes row- or column-contiguous a, b and residual"
+        packed = layouts.packed_reason(region)  # the bias goes to cuBLASLt as a bare pointer
+        if packed is not True and region.bias is not None and layouts.token(region.bias)[0] != "R":
+            return packed
         if region.activation not in ("none", "relu", "gelu_tanh"):
             return (f"activation {region.activation}: cuBLASLt's epilogues are ReLU and GELU in its tanh form "
                     "(gelu_tanh); exact gelu and silu are not among them")

@@ -1,0 +1,320 @@
+"""The caller's operand layouts and ``out=`` aliasing, as the problem key carries them and the gate reproduces them.
+
+A kernel may branch on how each operand lies in memory, so the key says it, per operand (bias, weights and
+residual included), as a short token ``<class><rank>[detail]``:
+
+====== ===========================================================================================
+``R``  C-contiguous (``R2``: a row-major matrix)
+``C``  reversed axis order, dense (a Fortran-order matrix: ``W.T`` of a contiguous ``W``)
+``P``  axis order kept, unit inner stride, gaps between rows (a padded leading dimension: ``W[:, :K]``)
+``T``  reversed axis order with gaps (a transposed padded matrix: ``W[:, :K].T``)
+``M``  any other axis order (``M4o0213d``: a ``[B, S, H, D]`` buffer seen as ``[B, H, S, D]``; the digits are
+       the logical axes from the outermost physical one; ``d`` dense)
+``S``  no unit stride at all (``x[:, ::2]``) or negative strides
+``B``  broadcast: a zero stride on an axis of extent > 1 (``B2z0``: a residual broadcast over rows)
+====== ===========================================================================================
+
+``P``, ``T`` and a non-dense ``M`` end in an alignment class: ``a`` when every non-unit stride is a multiple of 16
+bytes (rows start 16-byte aligned whenever the first does), ``u`` otherwise. The data pointer's own alignment is
+not keyed (reading it costs 1.5 us per NumPy operand on a warm call, and the GPU kernels choose their vector path
+per call): the gate probes every key with 16-byte-aligned operands and, on alternate probes, with every operand
+and the output one element off (``shifted``), so both paths are checked under one verdict.
+
+An operand is *plain* when it is ``R`` (or ``C``, which the coarse layout letters already carry) at the rank the op
+draws it (matrices 2, vectors 1, attention's q/k/v 4; a pointwise operand at any rank); the key lists only the
+others, as the attribute ``layouts`` (``a-T2u+bias-S1``), so the keys of plain calls are unchanged.
+
+Aliasing contract (``aliased``; docs/architecture.md): ``out=`` may be exactly an input (same memory, shape and
+strides) where the op reads each input element before writing the output element at the same index: a
+matmul's ``residual`` (in-place residual add), the ``x`` of softmax, rmsnorm and layernorm (in-place norm), and
+any tensor operand of a pointwise chain. The key says so (attribute ``inplace``) and the gate probes it with the
+same aliasing. Any other overlap of ``out`` with an input is refused with a ``RegionError`` naming ``out``.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from arbiter.errors import RegionError
+
+# The rank each op draws an operand at: an operand of another rank is listed in the key.
+DEFAULT_RANK = {"a": 2, "b": 2, "bias": 1, "residual": 2, "x": 2, "weight": 1, "q": 4, "k": 4, "v": 4,
+                "w_gate": 2, "w_up": 2}
+# (op, operand) pairs that ``out=`` may be exactly (see the module docstring).
+LEGAL_INPLACE = {"matmul": ("residual",), "softmax": ("x",), "rmsnorm": ("x",), "layernorm": ("x",),
+                 "pointwise": ("x", "ops[")}
+LAYOUTS_ATTR, INPLACE_ATTR = "layouts", "inplace"
+
+
+def _strides(array) -> tuple[int, ...]:
+    """Strides in bytes (a torch tensor's are in elements)."""
+    if hasattr(array, "flags") or not hasattr(array, "stride"):
+        return tuple(int(s) for s in array.strides)
+    return tuple(int(s) * array.element_size() for s in array.stride())
+
+
+def _itemsize(array) -> int:
+    return int(array.element_size()) if hasattr(array, "element_size") else int(array.dtype.itemsize)
+
+
+def token(array) -> str:
+    """The layout token of one operand (see the module docstring); from shape and strides only."""
+    flags = getattr(array, "flags", None)
+    if flags is not None and flags.c_contiguous:  # the common case, at the cost of one flag read
+        return f"R{array.ndim}"
+    shape = tuple(int(s) for s in array.shape)
+    strides = _strides(array)
+    item = _itemsize(array)
+    rank = len(shape)
+    live = [i for i in range(rank) if shape[i] > 1]
+    zero = [i for i in live if strides[i] == 0]
+    if zero:
+        return f"B{rank}z" + "".join(str(i) for i in zero)
+    if not live:
+        return f"R{rank}"
+    if any(strides[i] < 0 for i in live):
+        return f"S{rank}"
+    order = sorted(live, key=lambda i: -strides[i])  # physical order, outermost first
+    if strides[order[-1]] != item:
+        return f"S{rank}"
+    dense = all(strides[order[j]] == strides[order[j + 1]] * shape[order[j + 1]] for j in range(len(order) - 1))
+    align = "a" if all(strides[i] % 16 == 0 for i in order[:-1]) else "u"
+    if order == live:
+        return f"R{rank}" if dense else f"P{rank}{align}"
+    if order == live[::-1]:
+        return f"C{rank}" if dense else f"T{rank}{align}"
+    return f"M{rank}o" + "".join(str(i) for i in order) + ("d" if dense else align)
+
+
+def plain(op: str, name: str, tok: str) -> bool:
+    """Whether operand ``name`` with token ``tok`` is what the op draws by default (left out of the key)."""
+    if op == "pointwise" or op == "fft":
+        return tok[0] == "R" or tok == "C2"
+    rank = DEFAULT_RANK.get(name)
+    return rank is not None and tok in (f"R{rank}", f"C{rank}")
+
+
+def key_attrs(region) -> tuple[tuple[str, str], ...]:
+    """The attributes a region's key gets from its operands' layouts and its ``out=`` aliasing (none when every
+    operand is plain and ``out`` overlaps nothing). Raises ``RegionError`` naming ``out`` for an illegal overlap."""
+    try:
+        operands = region.operands()
+    except NotImplementedError:  # a region type that names no operands (a bare subclass): nothing to key
+        return ()
+    parts = []
+    for name, array in operands.items():
+        tok = token(array)
+        if not plain(region.op, name, tok):
+            parts.append(f"{name}-{tok}")
+    attrs: tuple[tuple[str, str], ...] = ((LAYOUTS_ATTR, "+".join(parts)),) if parts else ()
+    aliased = aliased_operands(region)
+    if aliased:
+        attrs += ((INPLACE_ATTR, "+".join(aliased)),)
+    return attrs
+
+
+# --- aliasing -----------------------------------------------------------------------------------------
+def _pointer(array) -> int:
+    if hasattr(array, "data_ptr"):  # torch
+        return int(array.data_ptr())
+    ptr = getattr(getattr(array, "data", None), "ptr", None)
+    if ptr is not None:  # CuPy
+        return int(ptr)
+    return int(array.__array_interface__["data"][0])
+
+
+def _extent(array) -> tuple[int, int]:
+    """[lo, hi) bytes that ``array``'s elements may touch."""
+    ptr = _pointer(array)
+    lo = hi = 0
+    for n, s in zip(array.shape, _strides(array)):
+        if n == 0:
+            return ptr, ptr
+        lo += min(0, (n - 1) * s)
+        hi += max(0, (n - 1) * s)
+    return ptr + lo, ptr + hi + _itemsize(array)
+
+
+def _legal(op: str, name: str) -> bool:
+    return any(name == p or (p.endswith("[") and name.startswith(p)) for p in LEGAL_INPLACE.get(op, ()))
+
+
+def aliased_operands(region) -> list[str]:
+    """The operands ``region.out`` is exactly (legal in-place use), or raises ``RegionError('out', ...)`` when it
+    overlaps an input any other way."""
+    out = region.out
+    if out is None or not math.prod(out.shape):
+        return []
+    numpy_out = isinstance(out, np.ndarray)
+    o_lo, o_hi = (0, 0) if numpy_out else _extent(out)
+    found = []
+    for name, array in region.operands().items():
+        if numpy_out and isinstance(array, np.ndarray):
+            if not np.may_share_memory(out, array):  # bounds only, in C: the common case costs ~1 us
+                continue
+        else:
+            lo, hi = _extent(array)
+            if hi <= o_lo or o_hi <= lo:
+                continue
+        o_sig = (_pointer(out), tuple(out.shape), _strides(out))
+        exact = (_pointer(array), tuple(array.shape), _strides(array)) == o_sig
+        if exact and _legal(region.op, name):
+            found.append(name)
+            continue
+        allowed = " or ".join(f"out={p}" if not p.endswith("[") else "out= a tensor operand of the chain"
+                              for p in LEGAL_INPLACE.get(region.op, ())) or "none"
+        what = "is the same array as" if exact else "overlaps"
+        raise RegionError("out", f"{what} input {name!r}; {region.op} writes its output while it still reads "
+                                 f"that input, so the result would be wrong. In-place use allowed for "
+                                 f"{region.op}: {allowed} (exactly the same array). Pass a separate out=")
+    return found
+
+
+def parse(attrs) -> tuple[dict[str, str], list[str]]:
+    """(operand -> token, aliased operands) from a key's attributes."""
+    found = dict(attrs)
+    layouts = found.get(LAYOUTS_ATTR, "")
+    tokens = dict(p.split("-", 1) for p in layouts.split("+")) if layouts else {}
+    inplace = found.get(INPLACE_ATTR, "")
+    return tokens, (inplace.split("+") if inplace else [])
+
+
+# --- reproducing a layout at another shape ----------------------------------------------------------------
+def _xp(array):
+    if type(array).__module__.split(".", 1)[0] == "cupy":
+        import cupy
+
+        return cupy
+    return np
+
+
+def _rank(tok: str) -> int:
+    digits = ""
+    for c in tok[1:]:
+        if not c.isdigit():
+            break
+        digits += c
+    return int(digits)
+
+
+def _ranked_shape(shape: tuple[int, ...], rank: int, flip: bool) -> tuple[int, ...]:
+    """``shape`` as ``rank`` dimensions holding the same elements in the same order. A 2-D ``(rows, cols)`` keeps
+    its last axis and splits the rows so that, where the row count has a factor, neither the first nor the
+    next-to-last dimension is the row count (a kernel taking rows as ``shape[0]`` fails); ``flip`` alternates
+    where a prime row count goes. A 1-D shape (a pointwise operand) is split whole."""
+    if rank == len(shape) or not shape:
+        return shape
+    keep = (shape[-1],) if len(shape) > 1 else ()
+    total = math.prod(shape[:-1]) if keep else shape[0]
+    lead = rank - len(keep)
+    if lead <= 0:
+        return (math.prod(shape),)
+    dims = [1] * lead
+    p = next((f for f in range(2, math.isqrt(total) + 1) if total % f == 0), None)
+    if lead == 1:
+        dims[0] = total
+    elif p is None:
+        dims[0 if flip else lead - 1] = total
+    else:
+        dims[0], dims[lead - 1] = p, total // p
+    return tuple(dims) + keep
+
+
+def place(values, tok: str, shift: bool, poison=np.nan):
+    """A new array holding ``values`` (reshaped to the token's rank where it differs) in the layout ``tok``
+    describes; ``shift``: the data pointer one element past a 16-byte boundary. Padding and gaps hold ``poison``
+    (NaN: a kernel that reads them as data fails)."""
+    xp = _xp(values)
+    kind = tok[0]
+    shape = _ranked_shape(tuple(values.shape), _rank(tok), flip=shift)
+    values = values.reshape(shape)
+    item = values.dtype.itemsize
+    if kind == "B":
+        axes = [int(c) for c in tok.split("z", 1)[1]]
+        index = tuple(slice(0, 1) if i in axes else slice(None) for i in range(len(shape)))
+        return xp.broadcast_to(place(values[index], f"R{len(shape)}", shift, poison), shape)
+    if kind in ("C", "T"):
+        order = list(range(len(shape)))[::-1]
+    elif kind == "M":  # the token's physical order; axes it does not list (extent 1 there) outermost
+        listed = [int(c) for c in tok.split("o", 1)[1].rstrip("dau")]
+        order = [i for i in range(len(shape)) if i not in listed] + listed
+    else:
+        order = list(range(len(shape)))
+    phys = [shape[i] for i in order]
+    buf_shape, step = list(phys), 1
+    padded = kind in ("P", "T") or (kind == "M" and tok[-1] in "au")
+    if phys and kind == "S":
+        buf_shape[-1], step = max(1, 2 * phys[-1]), 2
+    elif phys and padded:
+        per16 = max(1, 16 // item)
+        inner = phys[-1]
+        if tok[-1] == "a":
+            buf_shape[-1] = (inner + per16) // per16 * per16
+        else:  # a row pitch that is not a multiple of 16 bytes
+            buf_shape[-1] = inner + 1 if ((inner + 1) * item) % 16 else inner + 2
+    offset = 1 if shift and item < 16 else 0
+    size = math.prod(buf_shape)
+    if buf_shape == phys:  # dense: no gaps to poison (a fill pass costs as much as the copy at large shapes)
+        flat = xp.empty((offset + size,), dtype=values.dtype)
+        flat[:offset] = poison
+    else:
+        flat = xp.full((offset + size,), poison, dtype=values.dtype)
+    buf = flat[offset:].reshape(buf_shape)
+    if phys:
+        buf = buf[tuple(slice(0, n) for n in phys[:-1]) + (slice(0, step * phys[-1], step),)]
+    view = buf.transpose([order.index(i) for i in range(len(shape))])
+    view[...] = values
+    return view
+
+
+def reproduce(fresh, attrs, shift: bool) -> dict:
+    """Put ``fresh``'s operands (a probe drawn plain) in the layouts ``attrs`` names (a key's attributes);
+    ``shift``: every operand one element off a 16-byte boundary. Returns the operands it replaced, by name."""
+    tokens, _ = parse(attrs)
+    if not tokens and not shift:
+        return {}
+    axis_last = getattr(fresh, "axis_last", None)
+    # a pointwise chain's operands share one shape: a listed rank applies to every operand
+    chain_rank = _rank(next(iter(tokens.values()))) if fresh.op == "pointwise" and tokens else None
+    replaced: dict[str, Any] = {}
+    for name, array in fresh.operands().items():
+        tok = tokens.get(name)
+        if tok is None and chain_rank is not None and chain_rank != array.ndim:
+            tok = f"R{chain_rank}"
+        if tok is None:
+            if not shift:
+                continue
+            tok = token(array)
+            if tok[0] == "B":  # drawn plain: only the caller's broadcast is one
+                continue
+        if axis_last is False and _rank(tok) != array.ndim:  # softmax over an inner axis: kept 2-D
+            tok = tok[0] + str(array.ndim) + tok[1 + len(str(_rank(tok))):]
+        replaced[name] = place(array, tok, shift)
+    set_operands(fresh, replaced)
+    if axis_last and "x" in replaced:  # a row op at another rank: still over the last axis
+        fresh.axis = replaced["x"].ndim - 1
+    return replaced
+
+
+def set_operands(region, arrays: dict) -> None:
+    """Replace ``region``'s operands by name (``ops[i]`` inside a pointwise chain)."""
+    chain = {int(n[4:-1]): a for n, a in arrays.items() if n.startswith("ops[")}
+    for name, array in arrays.items():
+        if not name.startswith("ops["):
+            object.__setattr__(region, name, array)
+    if chain:
+        region.ops = tuple((step, chain.get(i, operand)) for i, (step, operand) in enumerate(region.ops))
+
+
+def packed_reason(region) -> bool | str:
+    """True when every operand of ``region`` is C-contiguous (``R`` at any rank), else why a kernel that reads its
+    operands as packed arrays through their pointers must decline (a strided bias or weight, a broadcast
+    residual: it would read the wrong elements, or past a broadcast operand's one row)."""
+    tokens, _ = parse(getattr(region, "attrs", ()))
+    odd = [f"{name} {tok}" for name, tok in tokens.items() if tok[0] != "R"]
+    if not odd:
+        return True
+    return (f"operand layouts {', '.join(odd)} (arbiter.layouts): the kernel reads packed operands through their "
+            "pointers; the vendor candidates serve these")
