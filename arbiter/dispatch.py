@@ -172,7 +172,9 @@ def run_arbitrated(op: str, region, *, policy: str | None = None):
     if type(result) is Fallback:  # the winner declined this instance: count it, serve its stand-in
         route.fallbacks += 1
         result = result.result
-    return result if region.back is None else region.for_caller(result)
+    if region.back is not None:
+        result = region.for_caller(result)
+    return result if region.nd_shape is None else result.reshape(region.nd_shape)
 
 
 # --- bound handles (hot loops) -----------------------------------------------
