@@ -17,6 +17,7 @@ from arbiter.candidates import REGISTRY
 from arbiter.cli.common import app, error, friendly, lit, require_target
 from arbiter.cli.common import console as make_console
 from arbiter.cli.output import Steps, show
+from arbiter.cli.progress import KeyBar, key_bar
 from arbiter.errors import NoCandidateError, WorkersDied
 from arbiter.keys import ProblemKey
 from arbiter.ops import op_kind
@@ -296,6 +297,7 @@ def _tune_claimed(console, st, sql, env, target, todo, runner, steps, mode, reco
 
     total = "" if recorded else f"/{len(todo)}"  # recorded keys keep arriving: no total to count down
     count = [0]
+    bar: KeyBar | None = None  # set while fleet.work runs
 
     def tune_key(problem, key_id):
         region = problem.region(target, seed=seeds.get(key_id, 0))
@@ -306,7 +308,8 @@ def _tune_claimed(console, st, sql, env, target, todo, runner, steps, mode, reco
                                                                    else ""))
         started = time.perf_counter()
         try:
-            decision = tune_region(region, st, mode=mode, runner=runner)
+            with bar.key(problem.label, n) as advance:  # type: ignore[union-attr]  # set before fleet.work
+                decision = tune_region(region, st, mode=mode, runner=runner, progress=advance)
         except NoCandidateError as exc:
             steps.say(f"{label}: no solution passed the gate")
             console.print(lit(exc, "red"))
@@ -333,9 +336,10 @@ def _tune_claimed(console, st, sql, env, target, todo, runner, steps, mode, reco
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)} if watch else {}
     try:
-        outcome = fleet.work(st, claims, env.fingerprint, tune_key, problems={k.id: p for p, _, k in todo},
-                             recorded=recorded, force=force, watch=watch, poll_s=poll_s,
-                             until=min(ends) if ends else None, stop=stop, on_event=event)
+        with key_bar(None if recorded else len(todo)) as bar:
+            outcome = fleet.work(st, claims, env.fingerprint, tune_key, problems={k.id: p for p, _, k in todo},
+                                 recorded=recorded, force=force, watch=watch, poll_s=poll_s,
+                                 until=min(ends) if ends else None, stop=stop, on_event=event)
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
