@@ -15,7 +15,7 @@ from arbiter import env as envmod
 from arbiter.candidates import REGISTRY
 from arbiter.cli.common import app, friendly, lit
 from arbiter.cli.common import console as make_console
-from arbiter.cli.output import Steps, show
+from arbiter.cli.output import Steps, ratio_text, show
 from arbiter.cli.progress import key_bar
 from arbiter.errors import NoCandidateError
 from arbiter.select import Status
@@ -80,7 +80,7 @@ def _margin(record, st, key_id, env, default: Solution | None) -> tuple[str, str
         rival = min((k for k in timings if k != me), key=lambda k: (timings[k].screened, timings[k].median_s))
     margin = record.margin if record.chosen_by == ChosenBy.MEASURED and record.margin is not None else \
         timings[rival].median_s / timings[me].median_s - 1.0
-    return f"{margin * 100:+.0f}%", rival.label
+    return ratio_text(margin, max(timings[me].spread, timings[rival].spread)), rival.label
 
 
 def _how(record, decided_now: bool) -> str:
