@@ -278,9 +278,17 @@ def list_cmd(
     table = Table(title="registered candidates")
     for col in ("target", "op", "name", "tier", "available", "reason"):
         table.add_column(col, no_wrap=col in ("target", "tier", "available"))
+    down = {name for name, (ok, _) in target_state.items() if not ok}
     for r in rows:
-        table.add_row(r["target"], lit(r["op"]), lit(r["name"]), r["tier"],
-                      "yes" if r["available"] else lit("no", "red"), lit(r["reason"]))
+        if r["target"] not in down:
+            table.add_row(r["target"], lit(r["op"]), lit(r["name"]), r["tier"],
+                          "yes" if r["available"] else lit("no", "red"), lit(r["reason"]))
+    for name in sorted(down):  # one row per unavailable target, not its reason once per candidate (--json has all)
+        mine = [r for r in rows if r["target"] == name]
+        if mine:
+            ops = sorted({r["op"] for r in mine})
+            table.add_row(name, lit(", ".join(ops)), f"{len(mine)} candidates", "", lit("no", "red"),
+                          lit("target unavailable (below)"))
     show(out, table, heading=3)  # target op name
     for name, (ok, why) in target_state.items():
         if not ok:

@@ -75,16 +75,33 @@ def why_chosen(chosen_by: ChosenBy, margin: float | None, note: str) -> str:
     return f"policy {chosen_by}" + (f", {ratio_text(margin)}" if margin is not None else "")
 
 
+def _once_per_reason(rows) -> list[tuple]:
+    """(row, label) per row, the untimed rows of one candidate that share a status and reason (its parameter
+    sets excluded for one cause) merged into one: "numba_gemv (3 parameter sets)"."""
+    merged: dict[tuple, list] = {}
+    order: list = []
+    for row in rows:
+        if row.timing is None and row.status != Status.PASSED:
+            group = merged.setdefault((row.candidate.name, row.status, row.reason), [])
+            if not group:
+                order.append(group)
+            group.append(row)
+        else:
+            order.append([row])
+    return [(group[0], group[0].label if len(group) == 1 else f"{group[0].candidate.name} ({len(group)} "
+             f"parameter sets)") for group in order]
+
+
 def autotune_table(problem_label: str, decision) -> Table:
     table = Table(title=lit(f"AUTOTUNE {problem_label}"), title_justify="left")
     for col in ("solution", "tier", "verdict", "median µs", "spread", "reps", ""):
         table.add_column(col, no_wrap=col in ("tier", "median µs", "spread", ""))
-    for row in decision.rows:
+    for row, label in _once_per_reason(decision.rows):
         m = row.timing
         # (a passed row's reason names the solution timed for it: the same launch)
         verdict = row.reason if row.status != Status.PASSED else \
             "; ".join(filter(None, [f"pass {row.verdict.rel_error:.1e}", row.reason]))
-        table.add_row(lit(row.label), row.candidate.tier.name, lit(shorten(verdict)),
+        table.add_row(lit(label), row.candidate.tier.name, lit(shorten(verdict)),
                       _fmt_us(m.median_s) if m else "", f"{m.spread * 100:.1f}%" if m else "",
                       f"{m.reps}{' screened' if m.screened else ''}" if m else "",
                       "WINNER" if row is decision.winner else "")
