@@ -38,7 +38,7 @@ def width() -> int | None:
     if sys.stdout.isatty():
         return None
     try:  # `arbiter stats | less`: stdout is a pipe, but the person reading sits at stderr's terminal
-        if sys.stderr.isatty():
+        if sys.stderr.isatty() and os.get_terminal_size(sys.stderr.fileno()).columns > 0:  # (0: size unset)
             return os.get_terminal_size(sys.stderr.fileno()).columns
     except (OSError, ValueError, AttributeError):
         pass
