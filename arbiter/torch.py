@@ -16,9 +16,17 @@
 Each is callable as ``torch.ops.arbiter.<op>(...)`` or ``arbiter.torch.<op>(...)``. At run time it
 builds the op's region from the tensors and calls ``arbiter.run_arbitrated``: the F4 gate, the
 registry, the miss policy and the counters all apply, and the stored winner serves the key. Each op
-has a fake (meta) kernel giving the output's shape, dtype and device, so a module calling them
-compiles under ``torch.compile(fullgraph=True)``: the op is one opaque node of the graph, dispatched
-through the arbiter when the compiled code runs.
+has a fake (meta) kernel giving the output's shape, dtype, device and strides (always C-contiguous:
+the real op makes its output so, whichever candidate serves), so a module calling them compiles under
+``torch.compile(fullgraph=True)``: the op is one opaque node of the graph, dispatched through the
+arbiter when the compiled code runs. ``arbiter.torch.<op>`` called eagerly on plain tensors skips
+torch's dispatcher (about 100 µs a call on the CPU): straight to the arbiter, or through an
+``autograd.Function`` when gradients are needed; compiled, traced and transformed calls take the
+custom op.
+
+* **Batched inputs**: ``matmul``'s ``a`` and ``gated``'s ``x`` may be ``[..., K]`` (the leading
+  dimensions are rows, viewed as one 2-D operand without a copy when they merge); the row ops work on
+  the last dimension of any rank.
 
 * **Devices**: CPU tensors go to the ``cpu`` target (zero copy both ways); CUDA tensors to the
   ``nvidia`` target, results coming back as torch tensors on the same device.
@@ -27,9 +35,12 @@ through the arbiter when the compiled code runs.
   CuPy without it) they are computed in float32 (the key says float32) and rounded to bfloat16: at
   least as accurate as bfloat16 arithmetic; float16 stays float16.
 * **Autograd**: inputs that require grad get gradients. The forward pass is the arbitrated op; the
-  backward pass is the vector-Jacobian product of the op's reference formulation in torch
-  (``REFERENCE`` below, the same definitions as the float64 oracles), recomputed from the saved inputs.
-  So training works and stays correct, but the backward pass is torch's, not a measured candidate.
+  backward pass (``BACKWARD``) is torch's own backward kernel or the closed form for matmul, softmax,
+  rmsnorm and layernorm, and the vector-Jacobian product of the op's reference formulation in torch
+  (``REFERENCE`` below, the same definitions as the float64 oracles) for the others. An eager ``matmul``
+  with an activation, under autograd, arbitrates its GEMM + bias and applies the activation (and
+  residual) in torch, keeping the pre-activation its backward needs. So training works and stays
+  correct, but the backward pass is torch's, not a measured candidate.
 """  # noqa: E501 (the table of ops is wider than 120 columns)
 from __future__ import annotations
 
