@@ -183,8 +183,9 @@ def _arbitrated(op: str, make_region, tensors: list, result_dtype):
     first = tensors[0]
     if first.device.type == "cpu":
         work = torch.float32 if first.dtype == torch.bfloat16 else None
-        ready = [None if t is None else (t.detach() if work is None else t.detach().to(work)).numpy()
-                 for t in tensors]
+        # (detach only where needed: it makes a new tensor, and .numpy() refuses only a tensor needing grad)
+        ready = [None if t is None else (t if not t.requires_grad else t.detach()).numpy() if work is None
+                 else t.detach().to(work).numpy() for t in tensors]
         y = arbiter.run_arbitrated(op, make_region(*ready))
         if y.base is not None and any(r is not None and np.may_share_memory(y, r) for r in ready):
             y = y.copy()  # a custom op's output may not alias an input

@@ -12,10 +12,11 @@ Three tables, every path timed in the same interleaved rounds (A, B, C, A, B, C,
   eager forward, eager forward + backward, and ``torch.compile(fullgraph=True)`` forward, each the torch block
   against the same block written with ``arbiter.torch``.
 
-    python benchmarks/torch_cpu.py [--rounds 15] [--calls 200] [--quick] [--out DIR]
+    python benchmarks/torch_cpu.py [--rounds 15] [--calls 200] [--threads N] [--clock wall|cpu] [--quick] [--out DIR]
 
-``--quick``: 3 rounds of 20 calls and no compile of the block beyond one call (a smoke run; too short to quote).
-The report is printed and written to ``<out>/torch_cpu.md``. Thread count: torch's default unless ``--threads``.
+``--quick``: 3 rounds of 20 calls and one small block (a smoke run; too short to quote). The report is printed
+and written to ``<out>/torch_cpu.md``. Thread count: torch's default unless ``--threads``; ``--clock cpu`` times
+the calling thread's CPU time (with ``--threads 1`` the steadier figure on a loaded machine).
 """
 from __future__ import annotations
 
@@ -32,17 +33,20 @@ import arbiter
 import arbiter.torch as at
 from arbiter import regions
 
+CLOCKS = {"wall": time.perf_counter_ns, "cpu": time.thread_time_ns}
+clock = CLOCKS["wall"]
+
 
 def interleaved(paths: dict, calls: int, rounds: int) -> dict:
     """{name: (median, p20, p80) µs per call}, the paths timed in turn each round after one warm-up round."""
     samples: dict[str, list[float]] = {name: [] for name in paths}
     for r in range(rounds + 1):
         for name, fn in paths.items():
-            t0 = time.perf_counter_ns()
+            t0 = clock()
             for _ in range(calls):
                 fn()
             if r:
-                samples[name].append((time.perf_counter_ns() - t0) / calls / 1000)
+                samples[name].append((clock() - t0) / calls / 1000)
     return {name: (float(np.median(s)), float(np.percentile(s, 20)), float(np.percentile(s, 80)))
             for name, s in samples.items()}
 
@@ -187,16 +191,21 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--calls", type=int, default=200)
     ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's own)")
+    ap.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
+                    help="wall: perf_counter; cpu: this thread's CPU time (with --threads 1, steadier on a shared, "
+                         "loaded machine: time spent waiting for a core is not counted)")
     ap.add_argument("--quick", action="store_true", help="a smoke run: 3 rounds of 20 calls, one small block")
     ap.add_argument("--out", type=Path, default=Path("."))
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
+    global clock
+    clock = CLOCKS[args.clock]
     rounds, calls = (3, 20) if args.quick else (args.rounds, args.calls)
     shapes = [(2, 8, 64)] if args.quick else [(2, 8, 64), (4, 64, 256)]
     head = [f"# arbiter.torch on the CPU against torch ({platform.processor() or platform.machine()}, "
-            f"torch {torch.__version__}, {torch.get_num_threads()} threads, {rounds} interleaved rounds of "
-            f"{calls} calls)", ""]
+            f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.clock} clock, {rounds} "
+            f"interleaved rounds of {calls} calls)", ""]
     lines = head + per_op(calls, rounds) + [""] + block(shapes, max(1, calls // 4), rounds)
     report = "\n".join(lines) + "\n"
     print(report)
