@@ -232,11 +232,14 @@ class Steps:
         return seconds >= self.SLOW_S
 
 
-def ratio_text(margin: float | None, spread: float | None = None) -> str:
+def ratio_text(margin: float | None, spread: float | None = None, short: bool = False) -> str:
     """A margin (``rival / winner - 1``) as people read it: ``1.90x faster`` or ``1.25x slower``, with the spread
-    of the timings beside it when known (a margin smaller than the spread is not a result)."""
+    of the timings beside it when known (a margin smaller than the spread is not a result): ``(spread 7.1%)``,
+    or ``±7%`` when ``short`` (a table column)."""
     if margin is None:
         return ""
     ratio = 1.0 + margin
     text = f"{ratio:.2f}x faster" if ratio >= 1 else f"{1 / ratio:.2f}x slower" if ratio > 0 else f"{margin:+.0%}"
-    return text + (f" (spread {spread * 100:.1f}%)" if spread is not None else "")
+    if spread is None:
+        return text
+    return text + (f" ±{spread * 100:.0f}%" if short else f" (spread {spread * 100:.1f}%)")

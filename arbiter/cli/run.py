@@ -80,7 +80,7 @@ def _margin(record, st, key_id, env, default: Solution | None) -> tuple[str, str
         rival = min((k for k in timings if k != me), key=lambda k: (timings[k].screened, timings[k].median_s))
     margin = record.margin if record.chosen_by == ChosenBy.MEASURED and record.margin is not None else \
         timings[rival].median_s / timings[me].median_s - 1.0
-    return ratio_text(margin, max(timings[me].spread, timings[rival].spread)), rival.label
+    return ratio_text(margin, max(timings[me].spread, timings[rival].spread), short=True), rival.label
 
 
 def _how(record, decided_now: bool) -> str:
@@ -163,7 +163,7 @@ def run(
     verdicts, timed, decided, rows = 0, 0, set[str](), list[dict]()
     table = Table(title=lit(f"decisions: suite {suite!r} on {target}, policy {policy}"), title_justify="left")
     for col in ("problem", "winner", "how chosen", "margin", "over", "gate failed", "hits", "loads", "misses"):
-        table.add_column(col, overflow="fold")
+        table.add_column(col, overflow="fold", no_wrap=col == "margin")  # "1.90x faster ±7%" stays one line
     steps = Steps()  # a log gets a line per key (nothing is shown until the table otherwise)
     with key_bar(len(problems)) as bar:  # on stderr, only on a terminal
         for i, (problem, region) in enumerate(zip(problems, regions), 1):
