@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Start a real PostgreSQL server on loopback for the registry tests and print the SQLAlchemy URL.
 # Installs Debian's postgresql when no server binaries are present. Idempotent: reuses a running server.
+# `postgres.sh up` prints "up" or "down" (is the server of $DATA running?); `postgres.sh stop` stops it: what a
+# test session or CI run started, it stops when it ends (tests/conftest.py, .ci/run).
 set -euo pipefail
 PORT=${ARBITER_PG_PORT:-55432}
 DATA=${ARBITER_PG_DATA:-/tmp/arbiter-pg}
@@ -11,6 +13,16 @@ if [ -z "$bindir" ]; then
   bindir=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)
 fi
 as_pg() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
+case "${1:-}" in
+  up)
+    if [ -n "$bindir" ] && as_pg "$bindir/pg_ctl" -D "$DATA" status >/dev/null 2>&1; then echo up; else echo down; fi
+    exit 0 ;;
+  stop)
+    if [ -n "$bindir" ] && as_pg "$bindir/pg_ctl" -D "$DATA" status >/dev/null 2>&1; then
+      as_pg "$bindir/pg_ctl" -D "$DATA" -m fast -w stop >/dev/null
+    fi
+    exit 0 ;;
+esac
 if ! as_pg "$bindir/pg_ctl" -D "$DATA" status >/dev/null 2>&1; then
   rm -rf "$DATA"; mkdir -p "$DATA"
   [ "$(id -u)" = 0 ] && chown postgres:postgres "$DATA"

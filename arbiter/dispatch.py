@@ -25,11 +25,13 @@ Two switches, read on each miss (never on the hot path):
   neither read nor written, counters included (like ``PYTORCH_TUNABLEOP_ENABLED=0``).
 * ``ARBITER_VERBOSE=1``: each decision is printed once to stderr, when its key is decided: the winner,
   how it was chosen, its margin, and the solutions that failed the gate (like
-  ``TRITON_PRINT_AUTOTUNING``).
+  ``TRITON_PRINT_AUTOTUNING``). The lines are INFO records of the ``logging`` logger ``"arbiter"``: a
+  program that configures ``logging`` gets them without the switch; the switch adds a stderr handler.
 """
 from __future__ import annotations
 
 import inspect
+import logging
 import os
 import sys
 import threading
@@ -201,14 +203,17 @@ def run_arbitrated(op: str, region, *, policy: str | None = None):
         result = route.run(region, route.params)
     else:
         result = route.run_torch(region, route.params)
-        if route.native and region.out is None and region.torch_out is None and type(result) is not Fallback:
+        if (route.native and region.out is None and region.torch_out is None and region.nd_shape is None
+                and type(result) is not Fallback):
             # a torch-native candidate's own tensor (no output allocated through the region, no out=): already
             # the caller's type, for_caller's answer too
             return result
     if type(result) is Fallback:  # the winner declined this instance: count it, serve its stand-in
         route.fallbacks += 1
         result = result.result
-    return result if region.back is None else region.for_caller(result)
+    if region.back is not None:
+        result = region.for_caller(result)
+    return result if region.nd_shape is None else result.reshape(region.nd_shape)
 
 
 def _not_a_region(op: str, region) -> str:
@@ -421,13 +426,31 @@ def _switch(name: str) -> bool:
     return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
 
 
+log = logging.getLogger("arbiter")
+
+
+def _verbose() -> bool:
+    """Whether decisions are announced: ARBITER_VERBOSE (which then adds a stderr handler to the "arbiter"
+    logger, once), or a logging configuration that lets the logger's INFO records through."""
+    if _switch("ARBITER_VERBOSE"):
+        if not any(getattr(h, "arbiter_verbose", False) for h in log.handlers):
+            handler = logging.StreamHandler(sys.stderr)
+            handler.setFormatter(logging.Formatter("%(message)s"))
+            handler.arbiter_verbose = True  # type: ignore[attr-defined]  # marks the switch's own handler
+            log.addHandler(handler)
+            if log.level == logging.NOTSET or log.level > logging.INFO:
+                log.setLevel(logging.INFO)
+        return True
+    return log.isEnabledFor(logging.INFO)
+
+
 def _announce(route, how: str, decision=None) -> None:
-    """ARBITER_VERBOSE: one line per decision (and one per solution that failed the gate)."""
+    """One INFO record per decision on the "arbiter" logger (and a line per solution that failed the gate)."""
     lines = [f"arbiter: {route.key.id} -> {route.label} ({how})"]
     for row in decision.rows if decision is not None else ():
         if row.status == select.Status.FAILED:
             lines.append(f"arbiter:   failed the gate: {row.label}: {row.reason}")
-    print("\n".join(lines), file=sys.stderr, flush=True)
+    log.info("\n".join(lines))
 
 
 def _serve_disabled(region):
@@ -438,7 +461,7 @@ def _serve_disabled(region):
     decision = select.decide(region, _state.scratch, gate_all=False)
     route = _install(region.key, decision.winner.candidate, decision.winner.params, ChosenBy.DISABLED,
                      decision.env, "misses", region)
-    if _switch("ARBITER_VERBOSE"):
+    if _verbose():
         _announce(route, "ARBITER_DISABLE: tier default, registry not used", decision)
     return route
 
@@ -464,7 +487,7 @@ def _miss(region, policy):
     if found is not None:
         cand, record = found
         route = _install(region.key, cand, record.params, record.chosen_by, env, "loads", region)  # nothing decided
-        if _switch("ARBITER_VERBOSE"):
+        if _verbose():
             margin = "" if record.margin is None else f", margin {record.margin * 100:+.1f}%"
             _announce(route, f"stored, {record.chosen_by}{margin}" + (f": {record.note}" if record.note else ""))
         return route
@@ -487,7 +510,7 @@ def _miss(region, policy):
     # A stored solution that could not be served makes this a fallback, not a plain miss.
     route = _install(region.key, winner.candidate, winner.params, decision.chosen_by, env,
                      "fallbacks" if why_not else "misses", region, decision)
-    if _switch("ARBITER_VERBOSE"):
+    if _verbose():
         margin = "" if decision.margin is None else f", margin {decision.margin * 100:+.1f}%"
         _announce(route, f"decided now, {decision.chosen_by}{margin}" + (f": {decision.note}" if decision.note else "")
                   + (f"; {why_not}" if why_not else ""), decision)

@@ -71,6 +71,9 @@ class Region(metaclass=Memoized):
     bucket_policy: ClassVar[dict] = {}
     # The operand dtypes this op accepts (fft widens it to complex).
     dtypes: ClassVar[tuple[str, ...]] = DTYPES
+    # The caller's output shape where the region computes on a 2-D view of N-D operands (Matmul and Gated
+    # with leading batch dimensions, see ``_as_rows``): ``run_arbitrated`` reshapes the result to it.
+    nd_shape: tuple[int, ...] | None = None  # a class default; Matmul and Gated have the slot
 
     # torch_in: a torch caller's CUDA tensors by argument name (None unless the first operand is a torch
     # CUDA tensor), so torch candidates run on them directly and outputs come from torch's caching allocator;
@@ -155,6 +158,14 @@ class Region(metaclass=Memoized):
         if not getattr(getattr(native, "flags", None), "writeable", True):  # CuPy and torch: always writable
             raise RegionError("out", "is read-only (its writeable flag is off); pass a writable array")
         self.out = native
+
+    def _check_rows_out(self, out, m: int, n: int):
+        """``_check_out`` for an ``[m, n]`` output computed for the caller's ``nd_shape`` (when set): ``out`` has
+        the caller's shape, and the region writes it through its 2-D view."""
+        nd = self.nd_shape
+        self._check_out(out, (m, n) if nd is None else nd)
+        if nd is not None and self.out is not None:
+            self.out = _as_rows(self, "out", self.out)
 
     def _finish(self, layout: str, dims: dict, attrs: tuple):
         # What the coarse layout letters do not say (bias/weight/residual layouts, ranks, padding, broadcast) and
@@ -295,6 +306,15 @@ class Region(metaclass=Memoized):
         return f"{type(self).__name__}({self.shape_text()} {self.dtype} on {self.target}, key={self.key.id})"
 
 
+def _as_rows(region: Region, argument: str, array):
+    """``array [..., W]`` (N-D) as the 2-D ``[rows, W]`` the kernels take: a view where the leading dimensions
+    merge (a contiguous array's always do), else a copy. A torch caller's kept tensor is replaced by it too."""
+    rows = array.reshape(-1, array.shape[-1])
+    if region.torch_in is not None and argument in region.torch_in:
+        region.torch_in[argument] = rows
+    return rows
+
+
 def _memory_bytes() -> int:
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
@@ -422,16 +442,18 @@ def _normal(rng, shape, dtype: str, scale: float = 1.0):
 
 # ---------------------------------------------------------------------------
 class Matmul(Region):
-    """``out = activation(a @ b + bias) + residual`` for 2-D ``a [M,K]``, ``b [K,N]``.
+    """``out = activation(a @ b + bias) + residual`` for ``a [M,K]``, ``b [K,N]``.
 
-    ``bias`` is ``[N]``, ``residual`` is ``[M,N]``; ``activation`` is one of
+    ``a`` may be N-D, ``[..., K]``: its leading dimensions are rows (``M`` their product), computed on a 2-D
+    view (no copy when they merge, as a contiguous array's do), the output ``[..., N]``.
+    ``bias`` is ``[N]``, ``residual`` is the output's shape; ``activation`` is one of
     ``none``, ``relu``, ``gelu`` (exact erf form, PyTorch's default),
     ``gelu_tanh`` (tanh approximation), ``silu``.
     """
 
     op = "matmul"
     DIMS = ("m", "n", "k")
-    __slots__ = ("a", "b", "bias", "activation", "residual")
+    __slots__ = ("a", "b", "bias", "activation", "residual", "nd_shape")
     a: Any
     b: Any
     bias: Any
@@ -443,14 +465,18 @@ class Matmul(Region):
         self.dtype = dtype_name(self.a.dtype)
         _, self.b, _ = self._adopt("b", b, self.target)
         self._same_dtype("b", self.b)
-        if self.a.ndim != 2:
-            raise RegionError("a", f"must be 2-D [M, K], got shape {tuple(self.a.shape)}")
+        if self.a.ndim < 2:
+            raise RegionError("a", f"must be [M, K] or [..., M, K], got shape {tuple(self.a.shape)}")
         if self.b.ndim != 2:
             raise RegionError("b", f"must be 2-D [K, N], got shape {tuple(self.b.shape)}")
-        m, k = self.a.shape
         k2, n = self.b.shape
-        if k != k2:
-            raise RegionError("b", f"shape {tuple(self.b.shape)} does not match a's inner dimension K={k}")
+        if self.a.shape[-1] != k2:
+            raise RegionError("b", f"shape {tuple(self.b.shape)} does not match a's inner dimension "
+                                   f"K={self.a.shape[-1]}")
+        self.nd_shape = None if self.a.ndim == 2 else (*self.a.shape[:-1], n)
+        if self.nd_shape is not None:
+            self.a = _as_rows(self, "a", self.a)
+        m, k = self.a.shape
         if activation not in ACTIVATIONS:
             raise RegionError("activation", f"{activation!r} is not one of {', '.join(ACTIVATIONS)}")
         self.activation = activation
@@ -464,9 +490,12 @@ class Matmul(Region):
         if residual is not None:
             _, self.residual, _ = self._adopt("residual", residual, self.target)
             self._same_dtype("residual", self.residual)
-            if tuple(self.residual.shape) != (m, n):
-                raise RegionError("residual", f"shape {tuple(self.residual.shape)} should be ({m}, {n})")
-        self._check_out(out, (m, n))
+            if tuple(self.residual.shape) != (self.nd_shape or (m, n)):
+                raise RegionError("residual", f"shape {tuple(self.residual.shape)} should be "
+                                              f"{self.nd_shape or (m, n)}, the output's")
+            if self.nd_shape is not None:
+                self.residual = _as_rows(self, "residual", self.residual)
+        self._check_rows_out(out, m, n)
         layout = layout_class(self.a) + layout_class(self.b)
         if self.residual is not None and layout_class(self.residual) != "R":
             layout += "S"  # a strided residual is its own layout class
@@ -876,13 +905,14 @@ class FFT(Region):
 class Gated(Region):
     """SwiGLU-style gated projection: ``out = silu(x @ w_gate) * (x @ w_up)``.
 
-    ``x`` is ``[M, K]``, ``w_gate`` and ``w_up`` are ``[K, N]``. The gate (silu and the product)
+    ``x`` is ``[M, K]`` or N-D ``[..., K]`` (leading dimensions are rows, as ``Matmul``'s ``a``), ``w_gate`` and
+    ``w_up`` are ``[K, N]``. The gate (silu and the product)
     is a fused epilogue of the two GEMMs, so a ``root_only`` delegate never applies.
     """
 
     op = "gated"
     DIMS = ("m", "n", "k")
-    __slots__ = ("x", "w_gate", "w_up")
+    __slots__ = ("x", "w_gate", "w_up", "nd_shape")
     x: Any
     w_gate: Any
     w_up: Any
@@ -894,16 +924,20 @@ class Gated(Region):
         _, self.w_up, _ = self._adopt("w_up", w_up, self.target)
         self._same_dtype("w_gate", self.w_gate)
         self._same_dtype("w_up", self.w_up)
-        if self.x.ndim != 2:
-            raise RegionError("x", f"must be 2-D [M, K], got shape {tuple(self.x.shape)}")
-        m, k = self.x.shape
+        if self.x.ndim < 2:
+            raise RegionError("x", f"must be [M, K] or [..., M, K], got shape {tuple(self.x.shape)}")
+        k = self.x.shape[-1]
         if self.w_gate.ndim != 2 or self.w_gate.shape[0] != k:
             raise RegionError("w_gate", f"shape {tuple(self.w_gate.shape)} should be [{k}, N] (K from x)")
         if tuple(self.w_up.shape) != tuple(self.w_gate.shape):
             raise RegionError("w_up", f"shape {tuple(self.w_up.shape)} should equal w_gate's "
                                       f"{tuple(self.w_gate.shape)}")
         n = self.w_gate.shape[1]
-        self._check_out(out, (m, n))
+        self.nd_shape = None if self.x.ndim == 2 else (*self.x.shape[:-1], n)
+        if self.nd_shape is not None:
+            self.x = _as_rows(self, "x", self.x)
+        m = self.x.shape[0]
+        self._check_rows_out(out, m, n)
         self._finish(layout_class(self.x) + layout_class(self.w_gate) + layout_class(self.w_up),
                      {"m": m, "n": n, "k": k}, (("activation", "silu"),))
 

@@ -16,9 +16,17 @@
 Each is callable as ``torch.ops.arbiter.<op>(...)`` or ``arbiter.torch.<op>(...)``. At run time it
 builds the op's region from the tensors and calls ``arbiter.run_arbitrated``: the F4 gate, the
 registry, the miss policy and the counters all apply, and the stored winner serves the key. Each op
-has a fake (meta) kernel giving the output's shape, dtype and device, so a module calling them
-compiles under ``torch.compile(fullgraph=True)``: the op is one opaque node of the graph, dispatched
-through the arbiter when the compiled code runs.
+has a fake (meta) kernel giving the output's shape, dtype, device and strides (always C-contiguous:
+the real op makes its output so, whichever candidate serves), so a module calling them compiles under
+``torch.compile(fullgraph=True)``: the op is one opaque node of the graph, dispatched through the
+arbiter when the compiled code runs. ``arbiter.torch.<op>`` called eagerly on plain tensors skips
+torch's dispatcher (about 100 µs a call on the CPU): straight to the arbiter, or through an
+``autograd.Function`` when gradients are needed; compiled, traced and transformed calls take the
+custom op.
+
+* **Batched inputs**: ``matmul``'s ``a`` and ``gated``'s ``x`` may be ``[..., K]`` (the leading
+  dimensions are rows, viewed as one 2-D operand without a copy when they merge); the row ops work on
+  the last dimension of any rank.
 
 * **Devices**: CPU tensors go to the ``cpu`` target (zero copy both ways); CUDA tensors to the
   ``nvidia`` target, results coming back as torch tensors on the same device.
@@ -27,9 +35,12 @@ through the arbiter when the compiled code runs.
   CuPy without it) they are computed in float32 (the key says float32) and rounded to bfloat16: at
   least as accurate as bfloat16 arithmetic; float16 stays float16.
 * **Autograd**: inputs that require grad get gradients. The forward pass is the arbitrated op; the
-  backward pass is the vector-Jacobian product of the op's reference formulation in torch
-  (``REFERENCE`` below, the same definitions as the float64 oracles), recomputed from the saved inputs.
-  So training works and stays correct, but the backward pass is torch's, not a measured candidate.
+  backward pass (``BACKWARD``) is torch's own backward kernel or the closed form for matmul, softmax,
+  rmsnorm and layernorm, and the vector-Jacobian product of the op's reference formulation in torch
+  (``REFERENCE`` below, the same definitions as the float64 oracles) for the others. An eager ``matmul``
+  with an activation, under autograd, arbitrates its GEMM + bias and applies the activation (and
+  residual) in torch, keeping the pre-activation its backward needs. So training works and stays
+  correct, but the backward pass is torch's, not a measured candidate.
 """  # noqa: E501 (the table of ops is wider than 120 columns)
 from __future__ import annotations
 
@@ -37,6 +48,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.library import custom_op
@@ -148,16 +160,6 @@ REFERENCE: dict[str, Callable] = {
 
 # -- dispatch through the arbiter -----------------------------------------------------------------------
 
-
-def _host_ready(t: torch.Tensor | None, work_dtype):
-    """A tensor the region can adopt: detached (the custom op's autograd is ours), and on the CPU in a
-    dtype NumPy has (bfloat16 -> float32)."""
-    if t is None:
-        return None
-    t = t.detach()
-    return t if work_dtype is None else t.to(work_dtype)
-
-
 _native_bf16: dict[str, bool] = {}
 
 
@@ -172,69 +174,53 @@ def _takes_bfloat16(device_type: str) -> bool:
 
 
 def _arbitrated(op: str, make_region, tensors: list, result_dtype):
-    """Run ``make_region(*ready tensors)`` through the arbiter; the result as a fresh tensor."""
+    """Run ``make_region(*ready operands)`` through the arbiter; the result as a fresh C-contiguous tensor
+    (what every fake kernel promises, whichever candidate serves).
+
+    CPU tensors are handed over as NumPy views (zero copy; bfloat16 as float32, NumPy having none), so the
+    region is built from NumPy arrays and its construction memo (``arbiter.region_memo``) serves a warm
+    shape; CUDA tensors are handed over as they are (detached: the op's autograd is ours)."""
     first = tensors[0]
-    bf16_in_f32 = first.dtype == torch.bfloat16 and not _takes_bfloat16(first.device.type)
-    work = torch.float32 if bf16_in_f32 else None
-    ready = [_host_ready(t, work) for t in tensors]
-    y = arbiter.run_arbitrated(op, make_region(*ready))
-    if not torch.is_tensor(y):
-        y = torch.as_tensor(y, device=first.device)
-    if any(t is not None and y.data_ptr() == t.data_ptr() for t in ready):
-        y = y.clone()  # a custom op's output may not alias an input
-    return y.to(result_dtype) if y.dtype != result_dtype else y
+    if first.device.type == "cpu":
+        work = torch.float32 if first.dtype == torch.bfloat16 else None
+        # (detach only where needed: it makes a new tensor, and .numpy() refuses only a tensor needing grad)
+        ready = [None if t is None else (t if not t.requires_grad else t.detach()).numpy() if work is None
+                 else t.detach().to(work).numpy() for t in tensors]
+        y = arbiter.run_arbitrated(op, make_region(*ready))
+        if y.base is not None and any(r is not None and np.may_share_memory(y, r) for r in ready):
+            y = y.copy()  # a custom op's output may not alias an input
+        out = torch.from_numpy(y)
+    else:
+        work = torch.float32 if first.dtype == torch.bfloat16 and not _takes_bfloat16(first.device.type) else None
+        ready = [None if t is None else t.detach() if work is None else t.detach().to(work) for t in tensors]
+        out = arbiter.run_arbitrated(op, make_region(*ready))
+        if not torch.is_tensor(out):
+            out = torch.as_tensor(out, device=first.device)
+        if any(t is not None and out.data_ptr() == t.data_ptr() for t in ready):
+            out = out.clone()  # a custom op's output may not alias an input
+    if not out.is_contiguous():  # a candidate that kept its input's layout: the fakes say C-contiguous
+        out = out.contiguous()
+    return out.to(result_dtype) if out.dtype != result_dtype else out
 
 
-def _register(op: str, fn, fake):
-    """Register ``fn`` as ``arbiter::<op>`` with its fake kernel and the reference VJP as its backward."""
-    lib_op = custom_op(f"arbiter::{op}", mutates_args=())(fn)
-    lib_op.register_fake(fake)
-    reference = REFERENCE[op]
-
-    def setup_context(ctx, inputs, output):
-        flat: list = []
-        spec: list[tuple[str, Any]] = []
-        for value in inputs:
-            if torch.is_tensor(value):
-                spec.append(("t", len(flat)))
-                flat.append(value)
-            elif isinstance(value, (list, tuple)) and value and all(torch.is_tensor(v) for v in value):
-                spec.append(("list", list(range(len(flat), len(flat) + len(value)))))
-                flat.extend(value)
-            else:
-                spec.append(("const", value))
-        ctx.save_for_backward(*flat)
-        ctx.spec = spec
-
-    def backward(ctx, grad):
-        flat = ctx.saved_tensors
-
-        def rebuild(*ts):
-            args = []
-            for kind, where in ctx.spec:
-                args.append(ts[where] if kind == "t" else [ts[i] for i in where] if kind == "list" else where)
-            return reference(*args)
-
-        _, vjp = torch.func.vjp(rebuild, *flat)
-        grads = vjp(grad)
-        out = []
-        for kind, where in ctx.spec:
-            out.append(grads[where] if kind == "t" else [grads[i] for i in where] if kind == "list" else None)
-        return tuple(out)
-
-    lib_op.register_autograd(backward, setup_context=setup_context)
-    return lib_op
+def _rows2d(t, width: int):
+    """``t [..., width]`` as a 2-D ``[rows, width]`` tensor: a view for contiguous leading dimensions."""
+    return t if t is None or t.dim() == 2 else t.reshape(-1, width)
 
 
 def _matmul(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None,
             residual: torch.Tensor | None = None, activation: str = "none") -> torch.Tensor:
-    return _arbitrated("matmul", lambda a_, b_, bias_, res_: regions.Matmul(a_, b_, bias=bias_, activation=activation,
-                                                                           residual=res_),
-                       [a, b, bias, residual], a.dtype)
+    lead = a.shape[:-1] if a.dim() != 2 and b.dim() == 2 else None  # [..., K] @ [K, N]: rows of a batch
+    if lead is not None:
+        a, residual = _rows2d(a, a.shape[-1]), _rows2d(residual, b.shape[-1])
+    y = _arbitrated("matmul", lambda a_, b_, bias_, res_: regions.Matmul(a_, b_, bias=bias_, activation=activation,
+                                                                        residual=res_),
+                    [a, b, bias, residual], a.dtype)
+    return y if lead is None else y.view(*lead, y.shape[-1])
 
 
 def _matmul_fake(a, b, bias=None, residual=None, activation="none"):
-    return a.new_empty((a.shape[0], b.shape[1]))
+    return a.new_empty((*a.shape[:-1], b.shape[-1]))
 
 
 def _softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
@@ -261,12 +247,20 @@ def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool =
                        [q, k, v], q.dtype)
 
 
+def _attention_fake(q, k, v, causal=False, scale=None):
+    return q.new_empty((*q.shape[:-1], v.shape[-1]))
+
+
 def _gated(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor) -> torch.Tensor:
-    return _arbitrated("gated", lambda x_, g_, u_: regions.Gated(x_, g_, u_), [x, w_gate, w_up], x.dtype)
+    lead = x.shape[:-1] if x.dim() != 2 else None
+    if lead is not None:
+        x = _rows2d(x, x.shape[-1])
+    y = _arbitrated("gated", lambda x_, g_, u_: regions.Gated(x_, g_, u_), [x, w_gate, w_up], x.dtype)
+    return y if lead is None else y.view(*lead, y.shape[-1])
 
 
 def _gated_fake(x, w_gate, w_up):
-    return x.new_empty((x.shape[0], w_gate.shape[1]))
+    return x.new_empty((*x.shape[:-1], w_gate.shape[-1]))
 
 
 _COMPLEX = {torch.float32: torch.complex64, torch.float64: torch.complex128}
@@ -299,14 +293,245 @@ def _pointwise(x: torch.Tensor, chain: str, tensors: list[torch.Tensor], scalars
     return _arbitrated("pointwise", make, [x, *tensors], x.dtype)
 
 
-matmul = _register("matmul", _matmul, _matmul_fake)
-softmax = _register("softmax", _softmax, _rows_fake)
-rmsnorm = _register("rmsnorm", _rmsnorm, _rows_fake)
-layernorm = _register("layernorm", _layernorm, _rows_fake)
-attention = _register("attention", _attention, _rows_fake)
-gated = _register("gated", _gated, _gated_fake)
-fft = _register("fft", _fft, _fft_fake)
-pointwise = _register("pointwise", _pointwise, _rows_fake)
+IMPL: dict[str, Callable] = {
+    "matmul": _matmul, "softmax": _softmax, "rmsnorm": _rmsnorm, "layernorm": _layernorm,
+    "attention": _attention, "gated": _gated, "fft": _fft, "pointwise": _pointwise}
+_FAKE: dict[str, Callable] = {
+    "matmul": _matmul_fake, "softmax": _rows_fake, "rmsnorm": _rows_fake, "layernorm": _rows_fake,
+    "attention": _attention_fake, "gated": _gated_fake, "fft": _fft_fake, "pointwise": _rows_fake}
+
+
+# -- backward passes ------------------------------------------------------------------------------------
+# Each takes the op's arguments, its output, the output's gradient and which arguments need one, and gives
+# the gradients in the arguments' order (a list of them for a list argument, None where none is needed).
+# The ops below use torch's own backward kernels or a closed form; the others the VJP of REFERENCE.
+
+
+def _bwd_softmax(args, y, grad, need):
+    x, dim = args
+    return [torch._softmax_backward_data(grad, y, dim, x.dtype) if need[0] else None, None]
+
+
+def _bwd_matmul(args, y, grad, need):
+    a, b, bias, residual, activation = args
+    k, n = b.shape[-2], b.shape[-1]
+    a2, g2 = a.reshape(-1, k), grad.reshape(-1, n)
+    if activation != "none":  # the pre-activation again (the arbitrated forward fused it away)
+        z = (a2 @ b if bias is None else torch.addmm(bias, a2, b)).requires_grad_()
+        with torch.enable_grad():
+            (g2,) = torch.autograd.grad(_activation(activation, z), z, g2)
+    return [(g2 @ b.mT).view(a.shape) if need[0] else None,
+            a2.mT @ g2 if need[1] else None,
+            g2.sum(0) if bias is not None and need[2] else None,
+            grad if residual is not None and need[3] else None, None]
+
+
+def _bwd_rmsnorm(args, y, grad, need):
+    x, weight, eps = args
+    r = torch.rsqrt((x * x).mean(-1, keepdim=True) + eps)
+    gw = grad * weight
+    gx = r * gw - x * (r * r * r) * (gw * x).mean(-1, keepdim=True) if need[0] else None
+    gweight = (grad * x * r).reshape(-1, x.shape[-1]).sum(0) if need[1] else None
+    return [gx, gweight, None]
+
+
+def _bwd_layernorm(args, y, grad, need):
+    x, weight, bias, eps = args
+    var, mean = torch.var_mean(x, -1, correction=0, keepdim=True)
+    gx, gw, gb = torch.ops.aten.native_layer_norm_backward(
+        grad, x, [x.shape[-1]], mean, torch.rsqrt(var + eps), weight, bias,
+        [need[0], need[1], bias is not None and need[2]])
+    return [gx, gw, gb, None]
+
+
+def _bwd_reference(op: str):
+    reference = REFERENCE[op]
+
+    def backward(args, y, grad, need):
+        spec, flat = _flatten(args)
+        _, vjp = torch.func.vjp(lambda *ts: reference(*_unflatten(spec, ts)), *flat)
+        return _unflatten(spec, vjp(grad), const=None)
+
+    return backward
+
+
+BACKWARD: dict[str, Callable] = {
+    "matmul": _bwd_matmul, "softmax": _bwd_softmax, "rmsnorm": _bwd_rmsnorm, "layernorm": _bwd_layernorm,
+    **{op: _bwd_reference(op) for op in ("attention", "gated", "fft", "pointwise")}}
+
+
+def _flatten(args) -> tuple[tuple, list]:
+    """(spec, flat tensors) of an argument tuple: a list of tensors becomes its items (autograd sees each)."""
+    flat: list = []
+    spec: list[tuple[str, Any]] = []
+    for value in args:
+        if torch.is_tensor(value):
+            spec.append(("t", len(flat)))
+            flat.append(value)
+        elif isinstance(value, (list, tuple)) and value and all(torch.is_tensor(v) for v in value):
+            spec.append(("list", tuple(range(len(flat), len(flat) + len(value)))))
+            flat.extend(value)
+        else:
+            spec.append(("const", value))
+    return tuple(spec), flat
+
+
+_KEEP = object()
+
+
+def _unflatten(spec, flat, const=_KEEP) -> list:
+    """The arguments again from ``_flatten``'s spec and (new) flat tensors; constants as they were, or ``const``."""
+    return [flat[where] if kind == "t" else [flat[i] for i in where] if kind == "list"
+            else (where if const is _KEEP else const) for kind, where in spec]
+
+
+def _needs(spec, flat_needs) -> list[bool]:
+    return [flat_needs[where] if kind == "t" else any(flat_needs[i] for i in where) if kind == "list" else False
+            for kind, where in spec]
+
+
+class _Arbitrated(torch.autograd.Function):
+    """An eager call that needs gradients: the arbitrated forward, ``BACKWARD[op]`` behind it (no custom-op
+    dispatch on the way: ``torch.ops.arbiter.*`` serves compiled and traced callers)."""
+
+    @staticmethod
+    def forward(ctx, op, spec, *flat):
+        y = IMPL[op](*_unflatten(spec, flat))
+        ctx.op, ctx.spec = op, spec
+        ctx.save_for_backward(*flat, y)
+        return y
+
+    @staticmethod
+    def backward(ctx, *grads):
+        *flat, y = ctx.saved_tensors
+        spec = ctx.spec
+        got = BACKWARD[ctx.op](_unflatten(spec, flat), y, grads[0], _needs(spec, ctx.needs_input_grad[2:]))
+        out: list = [None] * len(flat)
+        for (kind, where), g in zip(spec, got):
+            if kind == "t":
+                out[where] = g
+            elif kind == "list":
+                for i, gi in zip(where, g if g is not None else [None] * len(where)):
+                    out[i] = gi
+        return (None, None, *out)
+
+
+def _register(op: str):
+    """``arbiter::<op>`` as a torch.library custom op with its fake kernel and ``BACKWARD[op]`` as its backward."""
+    lib_op = custom_op(f"arbiter::{op}", mutates_args=())(IMPL[op])
+    lib_op.register_fake(_FAKE[op])
+    backward_of = BACKWARD[op]
+
+    def setup_context(ctx, inputs, output):
+        spec, flat = _flatten(inputs)
+        ctx.save_for_backward(*flat, output)
+        ctx.spec = spec
+
+    def backward(ctx, grad):
+        *flat, y = ctx.saved_tensors
+        need = [bool(n) if not isinstance(n, (list, tuple)) else any(n) for n in ctx.needs_input_grad]
+        return tuple(backward_of(_unflatten(ctx.spec, flat), y, grad, need))
+
+    lib_op.register_autograd(backward, setup_context=setup_context)
+    return lib_op
+
+
+CUSTOM_OPS = {op: _register(op) for op in IMPL}
+
+# -- the public calls -----------------------------------------------------------------------------------
+# torch's dispatcher and a custom op's autograd wrapper cost about 100 µs a call on the CPU, several times a
+# small op's own work. An eager call on plain tensors (no compile, no tracing or dispatch mode, no functorch
+# transform) skips them: straight to the arbiter, or through ``_Arbitrated`` when gradients are needed. Every
+# other call goes through ``torch.ops.arbiter.<op>``, which is what torch.compile sees.
+
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+_dispatch_depth = torch._C._len_torch_dispatch_stack
+_function_modes = torch._C._is_torch_function_mode_enabled
+_functorch_level = torch._C._functorch.peek_interpreter_stack
+
+
+def _call(op: str, args: tuple, tensors: tuple):
+    """``op(*args)`` by the cheapest route that is correct for this call (see above)."""
+    if torch.compiler.is_compiling() or _dispatch_depth() or _function_modes() or _functorch_level() is not None \
+            or any(t is not None and type(t) not in _PLAIN for t in tensors):
+        return getattr(torch.ops.arbiter, op)(*args)
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
+        spec, flat = _flatten(args)
+        return _Arbitrated.apply(op, spec, *flat)
+    return IMPL[op](*args)
+
+
+def matmul(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None,
+           residual: torch.Tensor | None = None, activation: str = "none") -> torch.Tensor:
+    """``activation(a @ b + bias) + residual``; ``a`` is ``[..., K]`` (leading dimensions are rows), ``b`` ``[K, N]``.
+
+    When an eager caller needs gradients and ``activation`` is not ``none``, the arbitrated op is the GEMM with
+    its bias, and the activation and residual run in torch: the backward pass needs the pre-activation, which a
+    fused kernel does not keep (recomputing it would cost one more GEMM)."""
+    if torch.compiler.is_compiling():
+        return torch.ops.arbiter.matmul(a, b, bias, residual, activation)
+    tensors = (a, b, bias, residual)
+    if activation != "none" and torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors) \
+            and not (_dispatch_depth() or _function_modes() or _functorch_level() is not None) \
+            and all(t is None or type(t) in _PLAIN for t in tensors):
+        z = _call("matmul", (a, b, bias, None, "none"), (a, b, bias))
+        z = _activation(activation, z)
+        return z if residual is None else z + residual
+    return _call("matmul", (a, b, bias, residual, activation), tensors)
+
+
+def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """Softmax of ``x`` along ``dim``."""
+    if torch.compiler.is_compiling():
+        return torch.ops.arbiter.softmax(x, dim)
+    return _call("softmax", (x, dim), (x,))
+
+
+def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """RMSNorm of ``x [..., N]`` over its last dimension, times ``weight [N]``."""
+    if torch.compiler.is_compiling():
+        return torch.ops.arbiter.rmsnorm(x, weight, eps)
+    return _call("rmsnorm", (x, weight, eps), (x, weight))
+
+
+def layernorm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+              eps: float = 1e-5) -> torch.Tensor:
+    """LayerNorm of ``x [..., N]`` over its last dimension (biased variance), times ``weight``, plus ``bias``."""
+    if torch.compiler.is_compiling():
+        return torch.ops.arbiter.layernorm(x, weight, bias, eps)
+    return _call("layernorm", (x, weight, bias, eps), (x, weight, bias))
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
+              scale: float | None = None) -> torch.Tensor:
+    """Scaled dot-product attention on ``[batch, heads, len, d]`` tensors (any strides)."""
+    if torch.compiler.is_compiling():
+        return torch.ops.arbiter.attention(q, k, v, causal, scale)
+    return _call("attention", (q, k, v, causal, scale), (q, k, v))
+
+
+def gated(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor) -> torch.Tensor:
+    """``silu(x @ w_gate) * (x @ w_up)``; ``x`` is ``[..., K]`` (leading dimensions are rows)."""
+    if torch.compiler.is_compiling():
+        return torch.ops.arbiter.gated(x, w_gate, w_up)
+    return _call("gated", (x, w_gate, w_up), (x, w_gate, w_up))
+
+
+def fft(x: torch.Tensor, kind: str = "c2c", inverse: bool = False, n: int | None = None) -> torch.Tensor:
+    """1-D FFT over the last dimension (``kind`` c2c or r2c; ``inverse`` for c2r)."""
+    if torch.compiler.is_compiling():
+        return torch.ops.arbiter.fft(x, kind, inverse, n)
+    return _call("fft", (x, kind, inverse, n), (x,))
+
+
+def pointwise(x: torch.Tensor, chain: str, tensors: list[torch.Tensor] | tuple = (),
+              scalars: list[float] | tuple = ()) -> torch.Tensor:
+    """The elementwise ``chain`` (``"mul[t]>add[s]>relu"``) on ``x``, its operands from ``tensors`` and ``scalars``."""
+    tensors, scalars = list(tensors), list(scalars)
+    if torch.compiler.is_compiling():
+        return torch.ops.arbiter.pointwise(x, chain, tensors, scalars)
+    return _call("pointwise", (x, chain, tensors, scalars), (x, *tensors))
+
 
 OPS = {"matmul": matmul, "softmax": softmax, "rmsnorm": rmsnorm, "layernorm": layernorm, "attention": attention,
        "gated": gated, "fft": fft, "pointwise": pointwise}

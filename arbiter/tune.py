@@ -171,7 +171,7 @@ def _time_rows(order, region, store, env, runner, mode, cap, modes, progress) ->
 def _versus(fastest, rival, margin: float, ok: bool) -> str:
     """Who is faster than whom, by how much, and whether that beats the noise."""
     spread = max(fastest.timing.spread, rival.timing.spread) * 100
-    faster = f"{fastest.label} is {margin * 100:.1f}% faster than {rival.label}"
+    faster = f"{fastest.label} is {1 + margin:.2f}x faster than {rival.label}"  # a ratio reads at a glance
     return f"{faster} (spread {spread:.1f}%)" if ok else f"{faster}, but not separated: spread {spread:.1f}%"
 
 

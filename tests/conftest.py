@@ -21,6 +21,13 @@ def fresh_state(monkeypatch, tmp_path):
     env.reset()
 
 
+def pytest_sessionfinish(session, exitstatus):
+    """A PostgreSQL server the store tests started for this session stops with it (issue 29, item 9)."""
+    from store_support import stop_started_server
+
+    stop_started_server()
+
+
 @pytest.fixture
 def rng():
     return np.random.default_rng(1234)

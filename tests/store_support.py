@@ -2,11 +2,13 @@
 
 PostgreSQL comes from ``$ARBITER_TEST_PG`` (a SQLAlchemy URL of a role allowed to CREATE DATABASE;
 ``.ci/run`` sets it from ``.ci/postgres.sh``). Unset, and PostgreSQL's binaries are installed here,
-``.ci/postgres.sh`` is run to start (or reuse) a server on loopback. ``ARBITER_TEST_PG=skip`` turns the
+``.ci/postgres.sh`` is run to start (or reuse) a server on loopback; one it started is stopped when the test
+session ends (``stop_started_server``, from ``tests/conftest.py``). ``ARBITER_TEST_PG=skip`` turns the
 PostgreSQL cases off. With no server, or no psycopg, those cases skip with the reason.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import glob
 import os
@@ -28,10 +30,12 @@ def postgres_server() -> tuple[str | None, str]:
         if not glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"):
             return None, f"no PostgreSQL server: set {PG_ENV} to a URL, or run .ci/postgres.sh (installs one)"
         try:
-            url = subprocess.run(["bash", str(ROOT / ".ci" / "postgres.sh")], capture_output=True, text=True,
-                                 timeout=120, check=True).stdout.strip().splitlines()[-1]
+            was = _script("up")
+            url = _script().splitlines()[-1]
         except (subprocess.SubprocessError, IndexError) as exc:
             return None, f".ci/postgres.sh could not start a server: {exc}"
+        if was == "down":
+            _started.append(url)
     try:
         import psycopg  # noqa: F401  (the driver the URL names)
     except ImportError:
@@ -46,6 +50,23 @@ def postgres_server() -> tuple[str | None, str]:
     except Exception as exc:  # any reason the server cannot be used is a reason to skip
         return None, f"PostgreSQL at {_hidden(url)} is not reachable: {str(exc).splitlines()[0]}"
     return url, ""
+
+
+_started: list[str] = []  # the server this session started (stopped at its end)
+
+
+def _script(*args: str) -> str:
+    return subprocess.run(["bash", str(ROOT / ".ci" / "postgres.sh"), *args], capture_output=True, text=True,
+                          timeout=120, check=True).stdout.strip()
+
+
+def stop_started_server() -> None:
+    """Stop the PostgreSQL server this test session started (a server that was running before is left alone)."""
+    if _started:
+        _started.clear()
+        # a failure leaves nothing more to do at the session's end; the next session reuses or restarts it
+        with contextlib.suppress(subprocess.SubprocessError):
+            _script("stop")
 
 
 def _hidden(url: str) -> str:

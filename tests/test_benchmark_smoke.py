@@ -32,6 +32,7 @@ BENCHMARKS = {
     "model_block.py": ([], "model_block.md", True),
     "registry_load.py": ([], "registry_load.md", False),
     "registry_stress.py": (["--db", "sqlite"], "registry_stress.md", False),
+    "torch_cpu.py": ([], "torch_cpu.md", False),
     "tune_cost.py": ([], "tune_cost.md", False),
     "tune_stability.py": ([], "tune_stability.md", False),
     "user_path.py": ([], "user_path.md", True),

@@ -186,7 +186,7 @@ def test_tune_at_80_columns_keeps_every_word_and_says_why_one_solution_was_timed
 def test_tune_note_says_who_is_faster_and_whether_it_is_separated(tmp_path):
     out = ok(arbiter("--db", tmp_path / "r.db", "tune", *FFT_R2C,
                      plugins=("plugin_brackets", "plugin_numpy_fft_absent")))  # two solutions timed
-    note = re.search(r"policy (tier|measured): (\S+) is (\d+\.\d)% faster than (\S+)"
+    note = re.search(r"policy (tier|measured): (\S+) is (\d+\.\d\d)x faster than (\S+)"
                      r"(, but not separated: spread (\d+\.\d)%| \(spread (\d+\.\d)%\))", joined(out))
     assert note, out
     assert {note.group(2), note.group(4)} == {"fft[/x]", "scipy_fft"}

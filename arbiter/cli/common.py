@@ -75,7 +75,7 @@ class _App(typer.Typer):
     ``arbiter --db r.db tune`` and ``arbiter tune --db r.db`` mean the same."""
 
     def command(self, *args, **kwargs):
-        register = super().command(*args, **{"cls": _Command, **kwargs})
+        register = super().command(*args, **{"cls": _Command, "context_settings": HELP_OPTIONS, **kwargs})
         return lambda f: register(_with_global_options(f))
 
 
@@ -101,10 +101,12 @@ def _with_global_options(command):
     return wrapper
 
 
+HELP_OPTIONS = {"help_option_names": ["-h", "--help"]}
+
 # rich_markup_mode=None: help texts are printed as written (an attribute like chain=mul[t]>relu keeps its
 # brackets; Rich markup would eat them).
 app = _App(cls=_Group, add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-           rich_markup_mode=None,
+           rich_markup_mode=None, context_settings=HELP_OPTIONS,
            help="kernel-arbiter: verify, measure and dispatch kernel candidates per problem key.")
 
 
@@ -139,6 +141,16 @@ def require_target(name: str) -> None:
         raise TargetUnavailable(name, str(available or "available() is False"))
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from arbiter import __version__
+
+        print(f"kernel-arbiter {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _root(db: str = typer.Option(None, "--db", help=DB_HELP)):
+def _root(db: str = typer.Option(None, "--db", help=DB_HELP),
+          version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version,
+                                       help="Print the version and exit.")):
     _use_db(db)

@@ -39,7 +39,7 @@ def width() -> int | None:
     if sys.stdout.isatty():
         return None
     try:  # `arbiter stats | less`: stdout is a pipe, but the person reading sits at stderr's terminal
-        if sys.stderr.isatty():
+        if sys.stderr.isatty() and os.get_terminal_size(sys.stderr.fileno()).columns > 0:  # (0: size unset)
             return os.get_terminal_size(sys.stderr.fileno()).columns
     except (OSError, ValueError, AttributeError):
         pass
@@ -242,3 +242,16 @@ class Steps:
 
     def slow(self, seconds: float) -> bool:
         return seconds >= self.SLOW_S
+
+
+def ratio_text(margin: float | None, spread: float | None = None, short: bool = False) -> str:
+    """A margin (``rival / winner - 1``) as people read it: ``1.90x faster`` or ``1.25x slower``, with the spread
+    of the timings beside it when known (a margin smaller than the spread is not a result): ``(spread 7.1%)``,
+    or ``±7%`` when ``short`` (a table column)."""
+    if margin is None:
+        return ""
+    ratio = 1.0 + margin
+    text = f"{ratio:.2f}x faster" if ratio >= 1 else f"{1 / ratio:.2f}x slower" if ratio > 0 else f"{margin:+.0%}"
+    if spread is None:
+        return text
+    return text + (f" ±{spread * 100:.0f}%" if short else f" (spread {spread * 100:.1f}%)")

@@ -61,6 +61,29 @@ def _layers() -> list[tuple[str, SqlStore]]:
     return inventory.layers(default_store())
 
 
+def _existing() -> None:
+    """Exit 1 naming the registry when it is a SQLite file that does not exist: a command that only reads it
+    would otherwise create an empty one and report nothing, as if all were well."""
+    from arbiter.store.diagnostics import sqlite_path, to_url
+
+    path = sqlite_path(to_url(_where()))
+    if path is not None and not os.path.exists(path):
+        error(f"{path}: no registry here (no such file); `arbiter run` or `arbiter tune` creates one, and "
+              f"--db/ARBITER_DB names another")
+        raise typer.Exit(1)
+
+
+def _known(op: str | None, target: str | None) -> None:
+    """Exit 2 naming an unknown --op or --target (a typo would otherwise filter everything out)."""
+    from arbiter.ops import OPS
+    from arbiter.targets import TARGET_NAMES
+
+    for option, value, known in (("--op", op, OPS), ("--target", target, TARGET_NAMES)):
+        if value and value not in known:
+            error(f"{option}: unknown {value!r}; known: {', '.join(sorted(known))}")
+            raise typer.Exit(2)
+
+
 def _user_sql(write: bool):
     """The user registry's SqlStore; RegistryError naming it and the fix when missing (or read-only for a write)."""
     layers = dict(_layers())
@@ -84,8 +107,11 @@ def stats(
                                                           "yet, per environment, with their claims."),
 ):
     """Stored solutions per key: winner, policy, tier, persisted hits/loads/misses/fallbacks, stale entries, and
-    solutions the audit of real calls demoted (ARBITER_AUDIT)."""
+    solutions the audit of real calls demoted (ARBITER_AUDIT).
 
+    Exits 1 when the registry does not exist, 2 on an unknown --op or --target."""
+    _known(op, target)
+    _existing()
     if pending:
         _pending(target, as_json)
         return
@@ -185,7 +211,7 @@ def _pending(target, as_json: bool) -> None:
         per_env[r["env"]] = per_env.get(r["env"], 0) + 1
     out.print(f"{len(rows)} pending key(s)" + "".join(f"; {n} under {fp}" for fp, n in per_env.items())
               + ("; tune them with `arbiter tune --from-recorded` on a host of that environment" if rows else ""),
-              highlight=False, soft_wrap=True)
+              highlight=False)
 
 
 @app.command("env")
@@ -271,9 +297,17 @@ def list_cmd(
     table = Table(title="registered candidates")
     for col in ("target", "op", "name", "tier", "available", "reason"):
         table.add_column(col, no_wrap=col in ("target", "tier", "available"))
+    down = {name for name, (ok, _) in target_state.items() if not ok}
     for r in rows:
-        table.add_row(r["target"], lit(r["op"]), lit(r["name"]), r["tier"],
-                      "yes" if r["available"] else lit("no", "red"), lit(r["reason"]))
+        if r["target"] not in down:
+            table.add_row(r["target"], lit(r["op"]), lit(r["name"]), r["tier"],
+                          "yes" if r["available"] else lit("no", "red"), lit(r["reason"]))
+    for name in sorted(down):  # one row per unavailable target, not its reason once per candidate (--json has all)
+        mine = [r for r in rows if r["target"] == name]
+        if mine:
+            ops = sorted({r["op"] for r in mine})
+            table.add_row(name, lit(", ".join(ops)), f"{len(mine)} candidates", "", lit("no", "red"),
+                          lit("target unavailable (below)"))
     show(out, table, heading=3)  # target op name
     for name, (ok, why) in target_state.items():
         if not ok:
@@ -322,21 +356,44 @@ def _move_aside(path: str) -> str:
 
 @app.command()
 def doctor(repair: bool = typer.Option(False, "--repair", help="Move a corrupt registry aside (never deleted) "
-                                                               "so a fresh one is created.")):
+                                                               "so a fresh one is created."),
+           as_json: bool = typer.Option(False, "--json", help="Print the findings as JSON (same exit status).")):
     """Check the user registry: readable, a registry, schema version, integrity, row counts, stale entries."""
+    import io
+
+    from rich.console import Console
+
+    facts: dict[str, Any] = {"registry": _shown()}
+    # paths and messages print as they are; with --json the lines are dropped and the facts printed instead
+    out = Console(file=io.StringIO(), markup=False) if as_json else console(markup=False)
+    status = 0
+    try:
+        _doctor(repair, out, facts)
+    except typer.Exit as exc:
+        status = exc.exit_code
+        if not as_json:
+            raise
+    if as_json:
+        print(json.dumps({**facts, "ok": status == 0}, indent=1, default=str))
+        if status:
+            raise typer.Exit(status)
+
+
+def _doctor(repair: bool, out, facts: dict) -> None:
     from arbiter.store.diagnostics import UnwritableRegistry, sqlite_path, to_url
     from arbiter.store.migrate import NewerSchemaError
     from arbiter.store.sql import SqlStore
 
-    out = console(markup=False)  # paths and messages print as they are
     where = _where()
     path = sqlite_path(to_url(where))
     if path is not None and os.path.isdir(path):  # never moved: `--db .` would be the working folder
+        facts.update(state="folder", problems=[f"{path}: is a folder, not a registry file"])
         out.print(Text.assemble(("problem:", "red"), " ", lit(
             f"{path}: is a folder, not a registry file; nothing was changed. Give the path of a registry file, "
             f"e.g. `arbiter --db {os.path.join(path, 'registry.db')} doctor`.")), highlight=False, soft_wrap=True)
         raise typer.Exit(1)
     if path is not None and not os.path.exists(path):
+        facts.update(state="absent")
         out.print(f"{path}: no registry yet (created on first use)", highlight=False)
         return
     problems: list[str] = []
@@ -345,11 +402,13 @@ def doctor(repair: bool = typer.Option(False, "--repair", help="Move a corrupt r
         sql = SqlStore(where)
         problems = sql.integrity_check()
     except (UnwritableRegistry, NewerSchemaError) as exc:  # not ours to move: another user's, or a newer release's
+        facts.update(state="refused", problems=[str(exc)])
         out.print(Text.assemble(("problem:", "red"), " ", lit(exc)), highlight=False, soft_wrap=True)
         raise typer.Exit(1) from None
     except RegistryError as exc:
         problems = [str(exc)]
     if problems:
+        facts.update(state="damaged", problems=problems)
         for p in problems:
             out.print(Text.assemble(("problem:", "red"), " ", lit(p)), highlight=False, soft_wrap=True)
         if sql is not None:
@@ -364,24 +423,34 @@ def doctor(repair: bool = typer.Option(False, "--repair", help="Move a corrupt r
                       f"aside (kept, renamed) and a fresh registry is created.", highlight=False)
             raise typer.Exit(1)
         dest = _move_aside(path)
+        facts.update(state="moved aside", moved_to=dest)
         out.print(f"moved {path} aside to {dest}; a fresh registry will be created at {path}", highlight=False)
         return
     assert sql is not None  # no problems: it opened
     counts = sql.table_counts()
     stale = inventory.stale_environments(sql)
     doubtful, resting = trust.unvouched(sql)
-    summary = (f"schema v{sql.version()}, integrity ok ({sql.checks()}); "
-               + ", ".join(f"{n} {k}" for k, n in counts.items()) + f"; {len(stale)} stale environment(s)")
-    if not resting or sql.trusts_verdicts:  # a file only you and root can write: its rows are yours or root's
-        note = (f"; {len(resting)} solution(s) rest on {len(doubtful)} passed verdict(s) your gate did not vouch "
-                f"for (written before kernel-arbiter kept its ledger, or by root)" if resting else
-                f"; {len(doubtful)} passed verdict(s) not vouched for by your gate, no solution rests on them"
-                if doubtful else "")
-        out.print(f"{sql.where}: ok, {summary}{note}", highlight=False, soft_wrap=True)
+    facts.update(state="ok", schema=sql.version(), checks=sql.checks(), rows=counts, stale_environments=len(stale),
+                 unvouched_verdicts=len(doubtful), unvouched_solutions=len(resting))
+    ours = not resting or sql.trusts_verdicts  # a file only you and root can write: its rows are yours or root's
+    # one fact a line: the row counts alone made a 316-character line
+    out.print(f"{sql.where}: {'ok, ' if ours else ''}schema v{sql.version()}, integrity ok ({sql.checks()})",
+              highlight=False)
+    out.print("rows: " + ", ".join(f"{n} {k}" for k, n in counts.items()), highlight=False)
+    out.print(f"{len(stale)} stale environment(s)", highlight=False)
+    if ours:
+        if resting:
+            out.print(f"{len(resting)} solution(s) rest on {len(doubtful)} passed verdict(s) your gate did not vouch "
+                      f"for (written before kernel-arbiter kept its ledger, or by root)", highlight=False)
+        elif doubtful:
+            out.print(f"{len(doubtful)} passed verdict(s) not vouched for by your gate, no solution rests on them",
+                      highlight=False)
         return
     # Others may write this registry (a server, or a file named in ARBITER_TRUST_REGISTRY): a solution resting on
     # a passed verdict this user's gate never computed is a row someone else wrote, or flipped.
-    out.print(f"{sql.where}: {summary}", highlight=False, soft_wrap=True)
+    facts.update(state="unvouched", problems=[
+        f"{r.key}: the stored winner {r.candidate_name} rests on a passed verdict your gate did not compute"
+        for r in resting])
     for r in resting[:20]:
         out.print(Text.assemble(("problem:", "red"), " ", lit(
             f"{r.key}: the stored winner {r.candidate_name} rests on a passed verdict your gate did not compute "
@@ -389,13 +458,13 @@ def doctor(repair: bool = typer.Option(False, "--repair", help="Move a corrupt r
     more = f" ({len(resting) - 20} not shown)" if len(resting) > 20 else ""
     out.print(f"{len(resting)} solution(s){more} rest on {len(doubtful)} passed verdict(s) your gate did not "
               f"vouch for: each is gated again in your processes before it serves, and your gate's verdict replaces "
-              f"the row. Nothing was changed.", highlight=False, soft_wrap=True)
+              f"the row. Nothing was changed.", highlight=False)
     raise typer.Exit(1)
 
 
 @app.command("export")
 def export_cmd(
-    file: str | None = typer.Argument(None, help="JSON file to write."),
+    file: str | None = typer.Argument(None, help="JSON file to write; - writes standard output."),
     env: str | None = typer.Option(None, "--env", help="With --out: the environment fingerprint to publish."),
     out: str | None = typer.Option(None, "--out", help="Instead of JSON: write a read-only SQLite registry "
                                                           "of --env's solutions and verdicts (ARBITER_SYSTEM_DB)."),
@@ -412,8 +481,12 @@ def export_cmd(
         return
     if file is None:
         raise typer.BadParameter("give the JSON file to write (or --env and --out to publish)", param_hint="FILE")
+    _existing()
     with _registry_errors():
         data = export_registry(_user_sql(write=False))
+    if file == "-":  # the JSON alone on stdout, for a pipe
+        print(data.model_dump_json(indent=1))
+        return
     write_export(data, file)
     console().print(lit(f"wrote {file}: {len(data.solutions)} solutions, {len(data.verdicts)} verdicts, "
                         f"{len(data.measurements)} measurements, {len(data.environments)} environments"),

@@ -1,6 +1,7 @@
 """``arbiter run``: the main job."""
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import time
@@ -11,9 +12,11 @@ from rich.table import Table
 import arbiter
 from arbiter import cpu_threads, dispatch, select
 from arbiter import env as envmod
+from arbiter.candidates import REGISTRY
 from arbiter.cli.common import app, friendly, lit
 from arbiter.cli.common import console as make_console
-from arbiter.cli.output import Steps, show
+from arbiter.cli.output import Steps, ratio_text, show
+from arbiter.cli.progress import key_bar
 from arbiter.errors import NoCandidateError
 from arbiter.select import Status
 from arbiter.solution import ChosenBy, Solution, TimingMode
@@ -77,7 +80,7 @@ def _margin(record, st, key_id, env, default: Solution | None) -> tuple[str, str
         rival = min((k for k in timings if k != me), key=lambda k: (timings[k].screened, timings[k].median_s))
     margin = record.margin if record.chosen_by == ChosenBy.MEASURED and record.margin is not None else \
         timings[rival].median_s / timings[me].median_s - 1.0
-    return f"{margin * 100:+.0f}%", rival.label
+    return ratio_text(margin, max(timings[me].spread, timings[rival].spread), short=True), rival.label
 
 
 def _how(record, decided_now: bool) -> str:
@@ -93,6 +96,38 @@ def _how(record, decided_now: bool) -> str:
     return how + ("" if decided_now else " (stored)")
 
 
+def _one_key(console, steps, bar, i, total, problem, region, policy, missing, decided, calls, st, env):
+    """Decide (policy tune: gate and time now) and dispatch one key of the suite: (its row, verdicts computed,
+    timings taken), or None when no candidate passed the gate."""
+    verdicts = timed = 0
+    tuning = policy == "tune" and any(r is region for _, r in missing)
+    solutions = sum(len(c.param_space()) for c in REGISTRY.candidates(region.target, region.op)) if tuning else None
+    with bar.key(problem.label, solutions) as advance:
+        if tuning:
+            steps.say(f"key {i}/{total} {problem.label}: gating and timing")
+            try:
+                decision = tune_region(region, st, progress=advance)
+            except NoCandidateError as exc:
+                console.print(lit(str(exc), "red"))
+                return None
+            verdicts += decision.verified_now
+            timed += sum(r.timing is not None for r in decision.rows)
+            decided.add(region.key.id)
+        for _ in range(calls):
+            arbiter.run_arbitrated(problem.op, region, policy="tier" if policy == "tune" else policy)
+    route = dispatch.route(region.key.id)
+    assert route is not None  # run_arbitrated above installed it
+    record = st.load_solution(region.key.id, env.fingerprint)
+    failed, gated, default = _gate_counts(region, st, env)
+    margin, runner_up = _margin(record, st, region.key.id, env, default) if record else ("", "")
+    now = region.key.id in decided or any(r is region for _, r in missing)
+    steps.say(f"key {i}/{total} {problem.label}: {route.label} ({route.chosen_by})")
+    return ({"problem": problem.label, "key": region.key.id, "winner": route.label,
+             "how_chosen": _how(record, now) if record else "", "margin": margin, "over": runner_up,
+             "gate_failed": failed, "gated": gated, "hits": route.hits, "loads": route.loads, "misses": route.misses},
+            verdicts, timed)
+
+
 @app.command(help=RUN_HELP)
 @friendly
 def run(
@@ -102,8 +137,9 @@ def run(
     policy: str = typer.Option(None, help="For keys the registry lacks: tune (gate every candidate and time "
                                           "the solutions), tier, record or strict (default: $ARBITER_POLICY, "
                                           "else tune)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the decisions as JSON instead of the table."),
 ):
-    console = make_console()
+    console = make_console(stderr=as_json)  # with --json, stdout carries the JSON alone
     policy = policy or os.environ.get("ARBITER_POLICY") or "tune"
     if policy not in dispatch.POLICIES:
         raise typer.BadParameter(f"{policy!r} is not one of {', '.join(dispatch.POLICIES)}", param_hint="--policy")
@@ -124,38 +160,32 @@ def run(
 
     if policy == "tune" and missing and (warning := cpu_threads.busy(target)):
         console.print(lit(f"warning: {warning}", "yellow"), highlight=False)
-    verdicts, timed, decided = 0, 0, set()
+    verdicts, timed, decided, rows = 0, 0, set[str](), list[dict]()
     table = Table(title=lit(f"decisions: suite {suite!r} on {target}, policy {policy}"), title_justify="left")
     for col in ("problem", "winner", "how chosen", "margin", "over", "gate failed", "hits", "loads", "misses"):
-        table.add_column(col, overflow="fold")
+        table.add_column(col, overflow="fold", no_wrap=col == "margin")  # "1.90x faster ±7%" stays one line
     steps = Steps()  # a log gets a line per key (nothing is shown until the table otherwise)
-    for i, (problem, region) in enumerate(zip(problems, regions), 1):
-        if policy == "tune" and any(r is region for _, r in missing):
-            steps.say(f"key {i}/{len(problems)} {problem.label}: gating and timing")
-            try:
-                decision = tune_region(region, st)
-            except NoCandidateError as exc:
-                console.print(lit(str(exc), "red"))
-                continue
-            verdicts += decision.verified_now
-            timed += sum(r.timing is not None for r in decision.rows)
-            decided.add(region.key.id)
-        for _ in range(calls):
-            arbiter.run_arbitrated(problem.op, region, policy="tier" if policy == "tune" else policy)
-        route = dispatch.route(region.key.id)
-        assert route is not None  # run_arbitrated above installed it
-        record = st.load_solution(region.key.id, env.fingerprint)
-        failed, gated, default = _gate_counts(region, st, env)
-        margin, runner_up = _margin(record, st, region.key.id, env, default) if record else ("", "")
-        now = region.key.id in decided or any(r is region for _, r in missing)
-        steps.say(f"key {i}/{len(problems)} {problem.label}: {route.label} ({route.chosen_by})")
-        table.add_row(lit(problem.label), lit(route.label), lit(_how(record, now)) if record else "",
-                      margin, lit(runner_up), f"{failed} of {gated}", str(route.hits), str(route.loads),
-                      str(route.misses))
-    show(console, table)
+    with key_bar(len(problems)) as bar:  # on stderr, only on a terminal
+        for i, (problem, region) in enumerate(zip(problems, regions), 1):
+            row = _one_key(console, steps, bar, i, len(problems), problem, region, policy, missing, decided, calls,
+                           st, env)
+            if row is not None:
+                rows.append(row[0])
+                verdicts += row[1]
+                timed += row[2]
+
     arbiter.flush()
     verdicts += dispatch.verified_count()
     seconds = time.perf_counter() - start
+    if as_json:
+        print(json.dumps({"suite": suite, "target": target, "policy": policy, "decided_now": len(missing),
+                          "verdicts": verdicts, "timings": timed, "seconds": round(seconds, 3), "keys": rows,
+                          "registry": repr(st)}, indent=1))
+        return
+    for r in rows:
+        table.add_row(lit(r["problem"]), lit(r["winner"]), lit(r["how_chosen"]), r["margin"], lit(r["over"]),
+                      f"{r['gate_failed']} of {r['gated']}", str(r["hits"]), str(r["loads"]), str(r["misses"]))
+    show(console, table)
     if not missing:
         console.print(lit(f"all {len(problems)} keys served from the registry: {verdicts} verdicts and {timed} "
                           f"timings computed ({len(problems)} x {calls} calls in {seconds:.2f} s); "

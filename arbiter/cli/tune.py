@@ -16,7 +16,8 @@ from arbiter import env as envmod
 from arbiter.candidates import REGISTRY
 from arbiter.cli.common import app, error, friendly, lit, require_target
 from arbiter.cli.common import console as make_console
-from arbiter.cli.output import Steps, show
+from arbiter.cli.output import Steps, ratio_text, show
+from arbiter.cli.progress import KeyBar, key_bar
 from arbiter.errors import NoCandidateError, WorkersDied
 from arbiter.keys import ProblemKey
 from arbiter.ops import op_kind
@@ -71,25 +72,80 @@ def why_chosen(chosen_by: ChosenBy, margin: float | None, note: str) -> str:
     is separated."""
     if note:
         return f"policy {chosen_by}: {note}"
-    return f"policy {chosen_by}" + (f", margin {margin * 100:+.1f}%" if margin is not None else "")
+    return f"policy {chosen_by}" + (f", {ratio_text(margin)}" if margin is not None else "")
+
+
+def _once_per_reason(rows) -> list[tuple]:
+    """(row, label) per row, the untimed rows of one candidate that share a status and reason (its parameter
+    sets excluded for one cause) merged into one: "numba_gemv (3 parameter sets)"."""
+    merged: dict[tuple, list] = {}
+    order: list = []
+    for row in rows:
+        if row.timing is None and row.status != Status.PASSED:
+            group = merged.setdefault((row.candidate.name, row.status, row.reason), [])
+            if not group:
+                order.append(group)
+            group.append(row)
+        else:
+            order.append([row])
+    return [(group[0], group[0].label if len(group) == 1 else f"{group[0].candidate.name} ({len(group)} "
+             f"parameter sets)") for group in order]
 
 
 def autotune_table(problem_label: str, decision) -> Table:
     table = Table(title=lit(f"AUTOTUNE {problem_label}"), title_justify="left")
     for col in ("solution", "tier", "verdict", "median µs", "spread", "reps", ""):
         table.add_column(col, no_wrap=col in ("tier", "median µs", "spread", ""))
-    for row in decision.rows:
+    for row, label in _once_per_reason(decision.rows):
         m = row.timing
         # (a passed row's reason names the solution timed for it: the same launch)
         verdict = row.reason if row.status != Status.PASSED else \
             "; ".join(filter(None, [f"pass {row.verdict.rel_error:.1e}", row.reason]))
-        table.add_row(lit(row.label), row.candidate.tier.name, lit(shorten(verdict)),
+        table.add_row(lit(label), row.candidate.tier.name, lit(shorten(verdict)),
                       _fmt_us(m.median_s) if m else "", f"{m.spread * 100:.1f}%" if m else "",
                       f"{m.reps}{' screened' if m.screened else ''}" if m else "",
                       "WINNER" if row is decision.winner else "")
     table.caption = lit(why_chosen(decision.chosen_by, decision.margin, decision.note))
     table.caption_justify = "left"
     return table
+
+
+reported: list = []  # [as_json, decision dicts...] of the running `tune` command
+
+
+def _report(console, label: str, decision) -> None:
+    """One tuned key: its AUTOTUNE table, or (--json) its decision kept for the JSON printed at the end."""
+    if not reported or not reported[0]:
+        show(console, autotune_table(label, decision))
+        return
+    reported.append({"problem": label, "key": decision.key.id,
+                     "winner": decision.winner.label, "chosen_by": str(decision.chosen_by),
+                     "margin": decision.margin, "note": decision.note,
+                     "solutions": [{"solution": r.label, "tier": r.candidate.tier.name, "status": str(r.status),
+                                    "reason": r.reason, "median_us": r.timing.median_s * 1e6 if r.timing else None,
+                                    "spread": r.timing.spread if r.timing else None} for r in decision.rows]})
+
+
+def _print_json(target: str) -> None:
+    if reported and reported[0]:
+        print(json.dumps({"target": target, "tuned": reported[1:]}, indent=1, default=str))
+
+
+def _region_of_key(text: str):
+    """(region, label) of a problem key's text: an instance at the bucket's bound, in the key's layout."""
+    try:
+        key = ProblemKey.parse(text)
+        kind = op_kind(key.op)
+    except (ValueError, KeyError) as exc:
+        raise typer.BadParameter(f"{text!r} is not a problem key as `arbiter stats` prints it "
+                                 f"(target:op:dtype:layout:attrs:bucket): {exc}", param_hint="KEY") from None
+    dims = {n: max(v, 1) for n, v in key.bucket}
+    attrs = dict(key.attrs)
+    region = kind.region_type.random(key.target, key.dtype, dims, attrs, layout=key.layout,
+                                     rng=np.random.default_rng(0))
+    if attrs.get("accuracy") == "looser":
+        region = region.allow_looser()
+    return region, Problem(key.op, dims, key.dtype, attrs).label
 
 
 def _stale_problems(target: str) -> list[Problem]:
@@ -125,7 +181,9 @@ def tune(
     mode: str = typer.Option("device", help="Timing mode that decides: device (events around one call), "
                                             "latency (host clock + synchronize) or stream (back-to-back calls); "
                                             "GPUs record all three."),
-    budget_seconds: float | None = typer.Option(None, help="Stop starting new keys after this many seconds."),
+    budget_seconds: float | None = typer.Option(None, envvar="ARBITER_TUNE_BUDGET_SECONDS",
+                                                help="Stop starting new keys after this many seconds "
+                                                     "(default: $ARBITER_TUNE_BUDGET_SECONDS, else no limit)."),
     force: bool = typer.Option(False, help="Re-tune keys that already have a measured solution here."),
     dry_run: bool = typer.Option(False, "--dry-run", help="List the keys that would be tuned; tune nothing."),
     workers: int = typer.Option(1, min=1, help="Worker processes sharing the keys (CPU). A key whose worker "
@@ -145,12 +203,17 @@ def tune(
     lease_seconds: float = typer.Option(60.0, min=0.1, help="A key's claim lasts this long unless renewed "
                                                             "(renewed every third of it while tuning); a dead "
                                                             "host's key is taken over after it."),
+    as_json: bool = typer.Option(False, "--json", help="Print each tuned key's decision as JSON (stdout) instead "
+                                                       "of tables."),
 ):
     """Gate and time every solution per key; persist measured winners. Resumable: keys already tuned are skipped.
 
     With a registry database, keys are claimed one at a time with a lease (docs/fleet.md): hosts sharing one
-    registry each tune different keys, and a key is tuned once per environment."""
-    console = make_console()
+    registry each tune different keys, and a key is tuned once per environment. Nothing to tune from
+    --from-recorded (no key recorded) says so and exits 0."""
+    console = make_console(stderr=as_json)  # with --json, stdout carries the JSON alone
+    reported.clear()
+    reported.append(as_json)
     if allow_looser:
         dispatch.configure(looser_accuracy=True)
     require_target(target)
@@ -216,6 +279,7 @@ def tune(
     if fleet_store is not None:
         _tune_claimed(console, st, fleet_store, env, target, todo, runner, steps, mode, from_recorded, force,
                       watch, poll_seconds, watch_seconds, lease_seconds, budget_seconds)
+        _print_json(target)
         return
     tuned = 0
     # The bar goes to stderr when that is a terminal; a log gets Steps' lines instead. markup=False: a key's
@@ -247,10 +311,11 @@ def tune(
             steps.say(f"key {i}/{len(todo)} {problem.label}: {decision.winner.label} "
                       f"({why_chosen(decision.chosen_by, decision.margin, decision.note)}) "
                       f"in {time.perf_counter() - started:.1f} s")
-            show(console, autotune_table(problem.label, decision))
+            _report(console, problem.label, decision)
             tuned += 1
             progress.advance(keys_task)
     console.print(lit(f"tuned {tuned} key(s) on {target}; registry: {st!r}"))
+    _print_json(target)
 
 
 def _claims_store():
@@ -296,6 +361,7 @@ def _tune_claimed(console, st, sql, env, target, todo, runner, steps, mode, reco
 
     total = "" if recorded else f"/{len(todo)}"  # recorded keys keep arriving: no total to count down
     count = [0]
+    bar: KeyBar | None = None  # set while fleet.work runs
 
     def tune_key(problem, key_id):
         region = problem.region(target, seed=seeds.get(key_id, 0))
@@ -306,7 +372,8 @@ def _tune_claimed(console, st, sql, env, target, todo, runner, steps, mode, reco
                                                                    else ""))
         started = time.perf_counter()
         try:
-            decision = tune_region(region, st, mode=mode, runner=runner)
+            with bar.key(problem.label, n) as advance:  # type: ignore[union-attr]  # set before fleet.work
+                decision = tune_region(region, st, mode=mode, runner=runner, progress=advance)
         except NoCandidateError as exc:
             steps.say(f"{label}: no solution passed the gate")
             console.print(lit(exc, "red"))
@@ -314,7 +381,7 @@ def _tune_claimed(console, st, sql, env, target, todo, runner, steps, mode, reco
         steps.say(f"{label}: {decision.winner.label} "
                   f"({why_chosen(decision.chosen_by, decision.margin, decision.note)}) "
                   f"in {time.perf_counter() - started:.1f} s")
-        show(console, autotune_table(problem.label, decision))
+        _report(console, problem.label, decision)
         return decision
 
     def event(kind, key_id, info):
@@ -333,9 +400,10 @@ def _tune_claimed(console, st, sql, env, target, todo, runner, steps, mode, reco
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)} if watch else {}
     try:
-        outcome = fleet.work(st, claims, env.fingerprint, tune_key, problems={k.id: p for p, _, k in todo},
-                             recorded=recorded, force=force, watch=watch, poll_s=poll_s,
-                             until=min(ends) if ends else None, stop=stop, on_event=event)
+        with key_bar(None if recorded else len(todo)) as bar:
+            outcome = fleet.work(st, claims, env.fingerprint, tune_key, problems={k.id: p for p, _, k in todo},
+                                 recorded=recorded, force=force, watch=watch, poll_s=poll_s,
+                                 until=min(ends) if ends else None, stop=stop, on_event=event)
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
@@ -345,6 +413,10 @@ def _tune_claimed(console, st, sql, env, target, todo, runner, steps, mode, reco
                       + (f", {len(outcome.failed)} failed" if outcome.failed else "")
                       + (f", {len(outcome.lost)} lost to another host" if outcome.lost else "")
                       + f"; registry: {st!r}"))
+    if recorded and not (outcome.tuned or outcome.failed or outcome.lost):
+        console.print(lit(f"nothing recorded to tune under {env.fingerprint}: production records the keys it "
+                          f"misses under policy record (ARBITER_POLICY=record); `arbiter stats --pending` lists "
+                          f"them", "yellow"), highlight=False)
 
 
 class _Reporting:
@@ -417,8 +489,10 @@ def _tune_parallel(console, problems, target, workers, devices, mode, isolate, b
 @app.command()
 @friendly
 def explain(
-    op: str = typer.Option(..., help="Op: matmul, softmax, rmsnorm, ..."),
-    shape: str = typer.Option(..., help="Shape like 512x512x512 (matmul MxNxK) or 4096x1024 (rows x cols)."),
+    key: str | None = typer.Argument(None, help="A problem key as `arbiter stats` prints it (instead of --op, "
+                                                "--shape, ...)."),
+    op: str = typer.Option(None, help="Op: matmul, softmax, rmsnorm, ..."),
+    shape: str = typer.Option(None, help="Shape like 512x512x512 (matmul MxNxK) or 4096x1024 (rows x cols)."),
     dtype: str = typer.Option("float32", help="Dtype."),
     activation: str = typer.Option("none", help="matmul epilogue activation."),
     bias: bool = typer.Option(False, help="matmul epilogue: add a bias."),
@@ -435,9 +509,19 @@ def explain(
     console = make_console()
     if allow_looser:
         dispatch.configure(looser_accuracy=True)
-    require_target(target)
-    [problem] = problems_from_options(op, [shape], [dtype], activation, bias, residual, attr)
-    region = problem.region(target)
+    if key is not None:
+        if op or shape:
+            raise typer.BadParameter("give a KEY or --op/--shape, not both", param_hint="KEY")
+        region, label = _region_of_key(key)
+        target, op = region.target, region.op
+        require_target(target)
+    else:
+        if not op or not shape:
+            raise typer.BadParameter("give a KEY (as `arbiter stats` prints it), or --op and --shape",
+                                     param_hint="--op" if not op else "--shape")
+        require_target(target)
+        [problem] = problems_from_options(op, [shape], [dtype], activation, bias, residual, attr)
+        region, label = problem.region(target), problem.label
     st = dispatch.store()
     try:
         decision = select.decide(region, st, gate_all=True, all_params=True)
@@ -455,7 +539,7 @@ def explain(
     if as_json:
         print(json.dumps({"key": region.key.id, "why": why, "rows": rows}, indent=2, default=str))
         return
-    table = Table(title=lit(f"EXPLAIN {problem.label}  [{region.key.id}]"), title_justify="left")
+    table = Table(title=lit(f"EXPLAIN {label}  [{region.key.id}]"), title_justify="left")
     for col in ("solution", "tier", "status", "reason / rel error", "device µs", "latency µs", "spread", ""):
         table.add_column(col, no_wrap=col in ("status", "device µs", "latency µs", "spread"))
     for d in rows:

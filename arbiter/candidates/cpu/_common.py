@@ -25,7 +25,8 @@ def activation_inplace(name: str, z: np.ndarray) -> None:
     elif name == "gelu_tanh":
         z *= 0.5 * (1.0 + np.tanh(SQRT_2_OVER_PI * (z + 0.044715 * z * z * z)))
     elif name == "silu":
-        z /= 1.0 + np.exp(-z)
+        with np.errstate(over="ignore"):  # exp(-z) -> inf for z << 0 gives z / inf = 0, the right value
+            z /= 1.0 + np.exp(-z)
     else:
         raise ValueError(f"activation: unknown {name!r}")
 

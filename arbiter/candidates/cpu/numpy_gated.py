@@ -19,7 +19,8 @@ class NumpyGated(Candidate):
         x = region.x.astype(acc, copy=False)
         gate = x @ region.w_gate.astype(acc, copy=False)
         up = x @ region.w_up.astype(acc, copy=False)
-        denom = np.exp(np.negative(gate))
+        with np.errstate(over="ignore"):  # exp -> inf for gate << 0 gives gate / inf = 0, the right value
+            denom = np.exp(np.negative(gate))
         denom += 1.0
         gate /= denom
         np.multiply(gate, up, out=out, casting="same_kind")

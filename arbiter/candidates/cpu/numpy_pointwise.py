@@ -12,13 +12,15 @@ from arbiter.candidates.cpu._common import SQRT_2_OVER_PI, accumulate_dtype
 
 def _sigmoid(v):
     np.negative(v, out=v)
-    np.exp(v, out=v)
+    with np.errstate(over="ignore"):  # exp -> inf for v << 0 gives 1 / inf = 0, the right value
+        np.exp(v, out=v)
     v += 1.0
     np.reciprocal(v, out=v)
 
 
 def _silu(v):
-    v *= 1.0 / (1.0 + np.exp(-v))
+    with np.errstate(over="ignore"):  # as in _sigmoid
+        v *= 1.0 / (1.0 + np.exp(-v))
 
 
 def _gelu_tanh(v):
