@@ -5,7 +5,10 @@ parameter set), time each one that passed (once per distinct launch: ``distinct_
 
 * the fastest solution becomes the key's solution with policy ``measured`` when
   its margin over the next (or, when it is not the tier default, over the tier
-  default) beats the noise: ``margin > SEPARATION x max(spread of the two)``;
+  default) beats the noise: ``margin > SEPARATION x max(spread of the two)``; on the
+  CPU (shared cores, drifting load) the two are timed again in alternating rounds
+  (``timing.paired_rounds``) and the paired ratios decide: a sign test under
+  ``PAIRED_ALPHA`` and a median margin over ``PAIRED_MIN_MARGIN``;
 * otherwise the tier default stays, policy ``tier``, noted "... but not separated"
   (or "no other solution to time", with how many were excluded and how many failed the gate).
 
@@ -23,7 +26,7 @@ from arbiter.errors import NoCandidateError
 from arbiter.select import Status
 from arbiter.solution import ChosenBy, Solution, TimingMode
 from arbiter.store import MeasurementRecord, SolutionRecord, Verdict, VerdictKey
-from arbiter.timing import Measurement, measure
+from arbiter.timing import Measurement, Paired, measure, paired_rounds, solution_calls
 
 SEPARATION = 2.0  # a margin must exceed twice the relative spread to count
 # A winner more than RETIME_RATIO x faster than its rival is more often a stalled rival (threads of
@@ -31,6 +34,19 @@ SEPARATION = 2.0  # a margin must exceed twice the relative spread to count
 # again, each after SETTLE_S of sleep (longer than OpenBLAS's idle spin), unscreened, before it counts.
 RETIME_RATIO = 10.0
 SETTLE_S = 0.25
+# On the CPU: after a solution whose BLAS pool has several threads (``spins_after``), the next is timed only
+# once OpenBLAS's idle threads stopped spinning (about 0.1 s after its last call).
+BLAS_SETTLE_S = 0.12
+# The CPU's decision between the fastest and its rival, on paired alternating rounds: separated when the sign test
+# says the same side won too many rounds for chance (one-sided p under PAIRED_ALPHA) and the median paired margin
+# is over PAIRED_MIN_MARGIN (smaller margins are not worth leaving the tier default for).
+PAIRED_ALPHA = 0.01
+PAIRED_MIN_MARGIN = 0.05
+
+
+def _settle(seconds: float = SETTLE_S) -> None:
+    """Sleep so that threads another solution left spinning go idle before the next is timed."""
+    time.sleep(seconds)
 
 
 def _record(row, m, dims) -> MeasurementRecord:
@@ -52,6 +68,13 @@ class InProcess:
     @staticmethod
     def measure(candidate, params, region, **kwargs):
         return measure(candidate, params, region, **kwargs)
+
+    @staticmethod
+    def pair(row_a, row_b, region, *, estimate_s: float, time_cap_s: float) -> Paired:
+        """Alternating rounds of two solutions (CPU): see ``timing.paired_rounds``."""
+        return paired_rounds(solution_calls(row_a.candidate, row_a.params, region),
+                             solution_calls(row_b.candidate, row_b.params, region, seed=1),
+                             estimate_s=estimate_s, time_cap_s=time_cap_s, enough=_paired_enough)
 
 
 def _crashed_while_timing(row, region, store, env, reason: str) -> None:
@@ -97,8 +120,10 @@ def tune_region(region, store, *, mode: str = TimingMode.DEVICE, budget_s: float
                 records = _time_rows(order, region, store, decision.env, runner, mode, cap, modes, progress)
                 retime = functools.partial(_retime, region=region, runner=runner, mode=mode, cap=cap,
                                            records=records)
+                pair = (functools.partial(_decide_paired, region=region, runner=runner, cap=cap, records=records)
+                        if region.target == "cpu" and hasattr(runner, "pair") else None)
                 try:
-                    decision = _decide_by_time(decision, order, records, region, store, retime)
+                    decision = _decide_by_time(decision, order, records, region, store, retime, pair)
                 except NoCandidateError as exc:  # every solution crashed while timed: keep their failed verdicts
                     nothing_passed = exc
     if nothing_passed is not None:
@@ -138,8 +163,11 @@ def _measure(runner, row, region, **kwargs):
 
 def _time_rows(order, region, store, env, runner, mode, cap, modes, progress) -> list[MeasurementRecord]:
     """Time each row (screening against the best so far); rows that crash are failed persistently."""
-    records, best = [], None
+    records, best, previous = [], None, None
     for row in order:
+        if region.target == "cpu" and previous is not None and _spins_after(previous):
+            _settle(BLAS_SETTLE_S)
+        previous = row
         m = _measure(runner, row, region, mode=mode, time_cap_s=cap, best_so_far=best)
         if not isinstance(m, Measurement):
             _crashed_while_timing(row, region, store, env, getattr(m, "reason", str(m)))
@@ -168,9 +196,48 @@ def _time_rows(order, region, store, env, runner, mode, cap, modes, progress) ->
     return records
 
 
-def _versus(fastest, rival, margin: float, ok: bool) -> str:
-    """Who is faster than whom, by how much, and whether that beats the noise."""
-    spread = max(fastest.timing.spread, rival.timing.spread) * 100
+def _spins_after(row) -> bool:
+    """Whether ``row``'s solution leaves threads spinning after its calls (its candidate says, ``spins_after``)."""
+    spins = getattr(row.candidate, "spins_after", None)
+    try:
+        return bool(spins(row.params)) if spins is not None else False
+    except Exception:  # the candidate's fault: no settle step, nothing else
+        return False
+
+
+def _paired_enough(p: Paired) -> bool:
+    """Stop the rounds early: decided both ways a more rounds would not change (a clear win, or a tie)."""
+    return p.p_value < PAIRED_ALPHA / 10 or abs(p.ratio - 1) < PAIRED_MIN_MARGIN / 4
+
+
+def _decide_paired(fastest, rival, passed, default, *, region, runner, cap, records):
+    """The CPU's decision: ``fastest`` and ``rival`` timed in alternating rounds; returns (fastest, rival, ok,
+    margin, what the rounds said, the paired ratios' spread). Their Measurements (and records) become the paired
+    samples, so explain shows the figures the decision read."""
+    estimate = min(fastest.timing.median_s, rival.timing.median_s)
+    try:
+        p = runner.pair(fastest, rival, region, estimate_s=estimate, time_cap_s=max(0.2, min(1.0, 2 * cap)))
+    except Exception as exc:  # a crash now: the first timings stand, and nothing is separated
+        margin = rival.timing.median_s / fastest.timing.median_s - 1.0
+        return fastest, rival, False, margin, f"paired rounds raised {type(exc).__name__}: {exc}", None
+    for row, side in ((fastest, "a"), (rival, "b")):
+        row.timing = p.measurement(side, row.timing.warmup_s)
+        records[:] = [r for r in records if r.solution != row.solution]
+        records.extend(_record(row, Measurement(**{**row.timing.__dict__, "mode": each}), region.dims)
+                       for each in (TimingMode.DEVICE, TimingMode.LATENCY))
+    if p.ratio < 1:  # the rival won the rounds
+        fastest, rival = rival, fastest
+    _rank(passed, default)
+    margin = max(p.ratio, 1 / p.ratio) - 1.0
+    ok = p.p_value < PAIRED_ALPHA and margin > PAIRED_MIN_MARGIN
+    rounds = f"paired rounds: {fastest.label} faster in {p.wins} of {len(p.a_s)}, ratio spread {p.spread * 100:.0f}%"
+    return fastest, rival, ok, margin, rounds, p.spread
+
+
+def _versus(fastest, rival, margin: float, ok: bool, spread: float | None = None) -> str:
+    """Who is faster than whom, by how much, and whether that beats the noise (``spread``: the paired ratios'
+    when paired rounds decided, else the larger of the two measurements')."""
+    spread = (max(fastest.timing.spread, rival.timing.spread) if spread is None else spread) * 100
     faster = f"{fastest.label} is {margin * 100:.1f}% faster than {rival.label}"
     return f"{faster} (spread {spread:.1f}%)" if ok else f"{faster}, but not separated: spread {spread:.1f}%"
 
@@ -191,7 +258,7 @@ def _retime(rows, *, region, runner, mode, cap, records, settle=True) -> None:
     replace their records."""
     for row in rows:
         if settle:
-            time.sleep(SETTLE_S)
+            _settle()
         m = _measure(runner, row, region, mode=mode, time_cap_s=cap)
         if not isinstance(m, Measurement):
             continue  # it ran before; a crash now keeps the first timing (the gate verdict stands)
@@ -211,9 +278,9 @@ def _rank(passed, default):
     return fastest, (timed[1] if len(timed) > 1 else None) if fastest is default else default
 
 
-def _decide_by_time(decision, order, records, region, store, retime=None):
-    """Apply the separation rule to the timed rows (re-timing a margin over RETIME_RATIO first);
-    persist measurements and the solution."""
+def _decide_by_time(decision, order, records, region, store, retime=None, pair=None):
+    """Apply the separation rule to the timed rows (re-timing a margin over RETIME_RATIO first; on the CPU
+    ``pair`` decides on paired rounds, ``_decide_paired``); persist measurements and the solution."""
     passed = [r for r in decision.rows if r.status == Status.PASSED and r.timing is not None]
     if not passed:
         from arbiter.errors import NoCandidateError
@@ -229,6 +296,9 @@ def _decide_by_time(decision, order, records, region, store, retime=None):
         retimed = f"re-timed a margin of {before * 100:+.0f}%"
     if rival is None:
         ok, margin, note = False, None, _alone(decision.rows)
+    elif pair is not None:
+        fastest, rival, ok, margin, rounds, spread = pair(fastest, rival, passed, default)
+        note = "; ".join([_versus(fastest, rival, margin, ok, spread), rounds])
     else:
         ok, margin = separated(fastest.timing, rival.timing)
         if ok and retime is not None:

@@ -185,3 +185,45 @@ def test_a_signature_that_cannot_be_used_times_every_parameter_set(only_candidat
     decision = tune_region(small(k=25), dispatch.store(), runner=runner)
     assert len({p for name, p, _ in runner.timed if name == "broken_signature"}) == 5
     assert not any(r.reason for r in decision.rows)
+
+
+# --- the CPU decides on paired rounds (issue 31 item 3) -------------------------------------------------------------
+def _loaded_sleep(base: float) -> None:
+    """Sleep ``base`` seconds times a load that triples every other 30 ms (a shared box's drift, made regular)."""
+    time.sleep(base * (3.0 if int(time.perf_counter() / 0.03) % 2 else 1.0))
+
+
+class LoadedVendor(Candidate):
+    name, target, op, tier = "loaded_vendor", "cpu", "matmul", Tier.HAND_TUNED
+    base = 0.0012
+
+    def run(self, region, params):
+        _loaded_sleep(self.base)
+        return mm(region)
+
+
+class LoadedEmitted(LoadedVendor):
+    name, tier = "loaded_emitted", Tier.EMITTED
+    base = 0.001
+
+
+class LoadedTwin(LoadedVendor):
+    name, tier = "loaded_twin", Tier.EMITTED
+
+
+def test_a_twenty_percent_margin_separates_through_drifting_load(only_candidates):
+    """Each solution's own spread is ~100% under this load, so the spread rule never separated 20%; paired rounds
+    see it in every round."""
+    only_candidates("cpu", "matmul", LoadedVendor(), LoadedEmitted())
+    decision = tune_region(small(), dispatch.store(), budget_s=0.5)
+    assert decision.winner.candidate.name == "loaded_emitted", decision.note
+    assert decision.chosen_by == "measured", decision.note
+    assert "paired rounds: loaded_emitted faster in" in decision.note
+    assert 0.1 < decision.margin < 0.4
+
+
+def test_twins_are_not_separated_by_paired_rounds(only_candidates):
+    only_candidates("cpu", "matmul", LoadedVendor(), LoadedTwin())
+    decision = tune_region(small(), dispatch.store(), budget_s=0.5)
+    assert decision.winner.candidate.name == "loaded_vendor" and decision.chosen_by == "tier", decision.note
+    assert "but not separated" in decision.note and "paired rounds" in decision.note
