@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 BENCHMARKS = {
     "attention_tc.py": ([], "attention_tc.md", True),
     "cpu_ops_suite.py": ([], "cpu_ops.md", False),
+    "cpu_peers.py": ([], "cpu_peers.md", False),
     "cpu_suite.py": ([], "cpu_crossovers.md", False),
     "dispatch_overhead.py": ([], "dispatch_overhead.md", False),
     "epilogue.py": ([], "epilogue.md", True),

@@ -227,3 +227,19 @@ def test_twins_are_not_separated_by_paired_rounds(only_candidates):
     decision = tune_region(small(), dispatch.store(), budget_s=0.5)
     assert decision.winner.candidate.name == "loaded_vendor" and decision.chosen_by == "tier", decision.note
     assert "but not separated" in decision.note and "paired rounds" in decision.note
+
+
+def test_deciding_keys_whose_probes_overflow_exp_warns_nothing(recwarn):
+    """Issue 31 item 5: the gate's probes overflow exp on purpose (numpy_gated, numpy_pointwise, the oracles); the
+    verdict reports what matters, and no NumPy RuntimeWarning reaches the user, tuning or served."""
+    import numpy as np
+
+    from arbiter.regions import Gated, Pointwise
+
+    rng = np.random.default_rng(0)
+    x, w = rng.standard_normal((8, 64)).astype(np.float32), rng.standard_normal((64, 32)).astype(np.float32)
+    arbiter.run_arbitrated("gated", Gated(x * 100, w, w), policy="tune")
+    big = rng.standard_normal(1000).astype(np.float32)
+    arbiter.run_arbitrated("pointwise", Pointwise(big, [("mul", 100.0), ("silu",)]), policy="tune")
+    arbiter.run_arbitrated("matmul", Matmul(x, w * 100, activation="silu"), policy="tune")
+    assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)], [str(w.message) for w in recwarn]

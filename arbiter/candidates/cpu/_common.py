@@ -5,6 +5,7 @@ import numpy as np
 
 from arbiter import cpu_threads
 from arbiter.candidates import params_id
+from arbiter.candidates.cpu._numba import NUMBA_MISSING, gelu_exact_inplace
 from arbiter.oracles.matmul import erf
 from arbiter.targets.cpu import blas_info
 
@@ -23,11 +24,16 @@ def activation_inplace(name: str, z: np.ndarray) -> None:
     if name == "relu":
         np.maximum(z, 0, out=z)
     elif name == "gelu":
-        z *= 0.5 * (1.0 + erf(z * (1.0 / np.sqrt(2.0))))
+        if NUMBA_MISSING is None and z.flags.c_contiguous and z.size >= 4096:
+            with cpu_threads.LAUNCH_LOCK:  # numba's workqueue layer: one launch at a time
+                gelu_exact_inplace(z.reshape(-1))
+        else:  # small, strided, or no numba: NumPy passes and scipy's erf
+            z *= 0.5 * (1.0 + erf(z * (1.0 / np.sqrt(2.0))))
     elif name == "gelu_tanh":
         z *= 0.5 * (1.0 + np.tanh(SQRT_2_OVER_PI * (z + 0.044715 * z * z * z)))
     elif name == "silu":
-        z /= 1.0 + np.exp(-z)
+        with np.errstate(over="ignore"):  # exp(-z) = inf: silu(z) = 0, as it should be
+            z /= 1.0 + np.exp(-z)
     else:
         raise ValueError(f"activation: unknown {name!r}")
 

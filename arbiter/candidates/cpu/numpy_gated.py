@@ -23,7 +23,8 @@ class NumpyGated(BlasBacked, Candidate):
         x = region.x.astype(acc, copy=False)
         gate = x @ region.w_gate.astype(acc, copy=False)
         up = x @ region.w_up.astype(acc, copy=False)
-        denom = np.exp(np.negative(gate))
+        with np.errstate(over="ignore"):  # exp(-g) = inf for g < -88 (float32): silu(g) = 0, as it should be
+            denom = np.exp(np.negative(gate))
         denom += 1.0
         gate /= denom
         np.multiply(gate, up, out=out, casting="same_kind")

@@ -10,6 +10,8 @@ from arbiter.candidates import Candidate, Tier, register
 from arbiter.candidates.cpu._common import SQRT_2_OVER_PI, accumulate_dtype
 
 
+# exp(-v) overflows to inf for very negative v, and sigmoid and silu are then 0, as they should be: no warning.
+@np.errstate(over="ignore")
 def _sigmoid(v):
     np.negative(v, out=v)
     np.exp(v, out=v)
@@ -17,6 +19,7 @@ def _sigmoid(v):
     np.reciprocal(v, out=v)
 
 
+@np.errstate(over="ignore")
 def _silu(v):
     v *= 1.0 / (1.0 + np.exp(-v))
 
