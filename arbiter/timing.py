@@ -220,22 +220,32 @@ class Paired:
         return sum(math.comb(n, i) for i in range(self.wins, n + 1)) / 2.0 ** n
 
     def measurement(self, side: str, warmup_s: float = 0.0) -> Measurement:
-        """One side's rounds as a Measurement (device mode: the CPU's one clock)."""
-        return _summary(list(self.a_s if side == "a" else self.b_s), "device", warmup_s, False)
+        """One side's rounds as a Measurement (``rounds_measurement``)."""
+        return rounds_measurement(self.a_s if side == "a" else self.b_s, warmup_s)
 
 
-def paired_rounds(calls_a: list, calls_b: list, *, estimate_s: float, time_cap_s: float = 1.0,
-                  rounds: tuple[int, int] = PAIR_ROUNDS, enough=None) -> Paired:
-    """Time two solutions' calls (``solution_calls``) in alternating rounds on the CPU: ``A B`` then ``B A``, ...
+def rounds_measurement(samples, warmup_s: float = 0.0) -> Measurement:
+    """One side's samples of interleaved rounds as a Measurement (device mode: the CPU's one clock)."""
+    return _summary(list(samples), "device", warmup_s, False)
+
+
+def interleaved_rounds(sides: list[list], *, estimate_s: float, time_cap_s: float = 1.0,
+                       rounds: tuple[int, int] = PAIR_ROUNDS, enough=None) -> list[list[float]]:
+    """Time several solutions' calls (``solution_calls``) in interleaved rounds on the CPU, the order rotated each
+    round (``A B C``, ``B C A``, ...); per side, the per-call seconds of each round's sample.
 
     Each sample runs ``ceil(PAIR_SAMPLE_S / estimate_s)`` calls back to back after one untimed call, so the
     switch from the other solution (its threads still spinning, its data in the cache) is not counted.
-    Stops after ``rounds[1]`` rounds, or after ``rounds[0]`` once ``time_cap_s`` is spent or ``enough(paired)``.
+    Stops after ``rounds[1]`` rounds, or after ``rounds[0]`` once ``time_cap_s`` is spent or
+    ``enough(samples)`` says so.
     """
     n = max(1, math.ceil(PAIR_SAMPLE_S / max(estimate_s, 1e-9)))
-    turn = [0, 0]
+    k = len(sides)
+    turn = [0] * k
+    samples: list[list[float]] = [[] for _ in sides]
 
-    def sample(calls, side: int) -> float:
+    def sample(side: int) -> float:
+        calls = sides[side]
         calls[turn[side] % len(calls)]()
         t0 = time.perf_counter_ns()
         for i in range(1, n + 1):
@@ -243,17 +253,20 @@ def paired_rounds(calls_a: list, calls_b: list, *, estimate_s: float, time_cap_s
         turn[side] += n + 1
         return (time.perf_counter_ns() - t0) * 1e-9 / n
 
-    a_s: list[float] = []
-    b_s: list[float] = []
     deadline = time.perf_counter() + time_cap_s
     for r in range(rounds[1]):
-        if r % 2 == 0:
-            a_s.append(sample(calls_a, 0))
-            b_s.append(sample(calls_b, 1))
-        else:
-            b_s.append(sample(calls_b, 1))
-            a_s.append(sample(calls_a, 0))
-        if r + 1 >= rounds[0] and (time.perf_counter() > deadline
-                                   or (enough is not None and enough(Paired(tuple(a_s), tuple(b_s))))):
+        for i in range(k):
+            side = (r + i) % k
+            samples[side].append(sample(side))
+        if r + 1 >= rounds[0] and (time.perf_counter() > deadline or (enough is not None and enough(samples))):
             break
+    return samples
+
+
+def paired_rounds(calls_a: list, calls_b: list, *, estimate_s: float, time_cap_s: float = 1.0,
+                  rounds: tuple[int, int] = PAIR_ROUNDS, enough=None) -> Paired:
+    """Two solutions in alternating rounds (``A B``, ``B A``, ...): ``interleaved_rounds`` of two sides."""
+    check = None if enough is None else (lambda s: enough(Paired(tuple(s[0]), tuple(s[1]))))
+    a_s, b_s = interleaved_rounds([calls_a, calls_b], estimate_s=estimate_s, time_cap_s=time_cap_s, rounds=rounds,
+                                  enough=check)
     return Paired(tuple(a_s), tuple(b_s))

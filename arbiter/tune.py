@@ -21,12 +21,14 @@ import contextlib
 import functools
 import time
 
+import numpy as np
+
 from arbiter import select
 from arbiter.errors import NoCandidateError
 from arbiter.select import Status
 from arbiter.solution import ChosenBy, Solution, TimingMode
 from arbiter.store import MeasurementRecord, SolutionRecord, Verdict, VerdictKey
-from arbiter.timing import Measurement, Paired, measure, paired_rounds, solution_calls
+from arbiter.timing import Measurement, Paired, interleaved_rounds, measure, rounds_measurement, solution_calls
 
 SEPARATION = 2.0  # a margin must exceed twice the relative spread to count
 # A winner more than RETIME_RATIO x faster than its rival is more often a stalled rival (threads of
@@ -42,6 +44,9 @@ BLAS_SETTLE_S = 0.12
 # is over PAIRED_MIN_MARGIN (smaller margins are not worth leaving the tier default for).
 PAIRED_ALPHA = 0.01
 PAIRED_MIN_MARGIN = 0.05
+# How many of the fastest solutions (by their first timing, the tier default always among them) take part in the
+# interleaved rounds: a first timing on shared cores may rank a stalled solution low, so more than two compete.
+PAIRED_CONTESTANTS = 4
 
 
 def _settle(seconds: float = SETTLE_S) -> None:
@@ -70,11 +75,10 @@ class InProcess:
         return measure(candidate, params, region, **kwargs)
 
     @staticmethod
-    def pair(row_a, row_b, region, *, estimate_s: float, time_cap_s: float) -> Paired:
-        """Alternating rounds of two solutions (CPU): see ``timing.paired_rounds``."""
-        return paired_rounds(solution_calls(row_a.candidate, row_a.params, region),
-                             solution_calls(row_b.candidate, row_b.params, region, seed=1),
-                             estimate_s=estimate_s, time_cap_s=time_cap_s, enough=_paired_enough)
+    def interleave(rows, region, *, estimate_s: float, time_cap_s: float, enough=None) -> list[list[float]]:
+        """Interleaved rounds of several solutions (CPU): see ``timing.interleaved_rounds``."""
+        return interleaved_rounds([solution_calls(r.candidate, r.params, region, seed=i) for i, r in enumerate(rows)],
+                                  estimate_s=estimate_s, time_cap_s=time_cap_s, enough=enough)
 
 
 def _crashed_while_timing(row, region, store, env, reason: str) -> None:
@@ -121,7 +125,7 @@ def tune_region(region, store, *, mode: str = TimingMode.DEVICE, budget_s: float
                 retime = functools.partial(_retime, region=region, runner=runner, mode=mode, cap=cap,
                                            records=records)
                 pair = (functools.partial(_decide_paired, region=region, runner=runner, cap=cap, records=records)
-                        if region.target == "cpu" and hasattr(runner, "pair") else None)
+                        if region.target == "cpu" and hasattr(runner, "interleave") else None)
                 try:
                     decision = _decide_by_time(decision, order, records, region, store, retime, pair)
                 except NoCandidateError as exc:  # every solution crashed while timed: keep their failed verdicts
@@ -210,27 +214,48 @@ def _paired_enough(p: Paired) -> bool:
     return p.p_value < PAIRED_ALPHA / 10 or abs(p.ratio - 1) < PAIRED_MIN_MARGIN / 4
 
 
+def _leaders(samples: list[list[float]], default_index: int) -> tuple[int, int]:
+    """(the side with the lowest median, its rival: the tier default's side, or the runner-up when it is the
+    default)."""
+    order = sorted(range(len(samples)), key=lambda i: float(np.median(samples[i])))
+    fast = order[0]
+    return fast, (order[1] if fast == default_index else default_index)
+
+
 def _decide_paired(fastest, rival, passed, default, *, region, runner, cap, records):
-    """The CPU's decision: ``fastest`` and ``rival`` timed in alternating rounds; returns (fastest, rival, ok,
-    margin, what the rounds said, the paired ratios' spread). Their Measurements (and records) become the paired
-    samples, so explain shows the figures the decision read."""
-    estimate = min(fastest.timing.median_s, rival.timing.median_s)
+    """The CPU's decision: the fastest few solutions (``PAIRED_CONTESTANTS``, the tier default among them) timed in
+    interleaved rounds; the fastest of the rounds against its rival (the tier default, or the runner-up when it is
+    the default) on their paired ratios. Returns (fastest, rival, ok, margin, what the rounds said, the paired
+    ratios' spread). The contestants' Measurements (and records) become their samples of the rounds, so explain
+    shows the figures the decision read."""
+    ranked = sorted(passed, key=lambda r: (r.timing.screened, r.timing.median_s))
+    rows = [fastest, rival] + [r for r in ranked if r is not fastest and r is not rival][:PAIRED_CONTESTANTS - 2]
+    d = next(i for i, r in enumerate(rows) if r is default)
+    estimate = min(r.timing.median_s for r in rows)
+
+    def enough(samples):
+        a, b = _leaders(samples, d)
+        return _paired_enough(Paired(tuple(samples[a]), tuple(samples[b])))
+
     try:
-        p = runner.pair(fastest, rival, region, estimate_s=estimate, time_cap_s=max(0.2, min(1.0, 2 * cap)))
+        samples = runner.interleave(rows, region, estimate_s=estimate, time_cap_s=max(0.2, min(1.5, 3 * cap)),
+                                    enough=enough)
     except Exception as exc:  # a crash now: the first timings stand, and nothing is separated
         margin = rival.timing.median_s / fastest.timing.median_s - 1.0
-        return fastest, rival, False, margin, f"paired rounds raised {type(exc).__name__}: {exc}", None
-    for row, side in ((fastest, "a"), (rival, "b")):
-        row.timing = p.measurement(side, row.timing.warmup_s)
+        return fastest, rival, False, margin, f"interleaved rounds raised {type(exc).__name__}: {exc}", None
+    for row, mine in zip(rows, samples):
+        row.timing = rounds_measurement(mine, row.timing.warmup_s)
         records[:] = [r for r in records if r.solution != row.solution]
         records.extend(_record(row, Measurement(**{**row.timing.__dict__, "mode": each}), region.dims)
                        for each in (TimingMode.DEVICE, TimingMode.LATENCY))
-    if p.ratio < 1:  # the rival won the rounds
-        fastest, rival = rival, fastest
+    a, b = _leaders(samples, d)
+    p = Paired(tuple(samples[a]), tuple(samples[b]))
+    fastest, rival = rows[a], rows[b]
     _rank(passed, default)
-    margin = max(p.ratio, 1 / p.ratio) - 1.0
+    margin = p.ratio - 1.0
     ok = p.p_value < PAIRED_ALPHA and margin > PAIRED_MIN_MARGIN
-    rounds = f"paired rounds: {fastest.label} faster in {p.wins} of {len(p.a_s)}, ratio spread {p.spread * 100:.0f}%"
+    rounds = (f"{len(rows)} solutions in {len(p.a_s)} interleaved rounds: {fastest.label} faster than "
+              f"{rival.label} in {p.wins} of them, ratio spread {p.spread * 100:.0f}%")
     return fastest, rival, ok, margin, rounds, p.spread
 
 

@@ -218,7 +218,7 @@ def test_a_twenty_percent_margin_separates_through_drifting_load(only_candidates
     decision = tune_region(small(), dispatch.store(), budget_s=0.5)
     assert decision.winner.candidate.name == "loaded_emitted", decision.note
     assert decision.chosen_by == "measured", decision.note
-    assert "paired rounds: loaded_emitted faster in" in decision.note
+    assert "interleaved rounds: loaded_emitted faster than loaded_vendor in" in decision.note
     assert 0.1 < decision.margin < 0.4
 
 
@@ -226,7 +226,7 @@ def test_twins_are_not_separated_by_paired_rounds(only_candidates):
     only_candidates("cpu", "matmul", LoadedVendor(), LoadedTwin())
     decision = tune_region(small(), dispatch.store(), budget_s=0.5)
     assert decision.winner.candidate.name == "loaded_vendor" and decision.chosen_by == "tier", decision.note
-    assert "but not separated" in decision.note and "paired rounds" in decision.note
+    assert "but not separated" in decision.note and "interleaved rounds" in decision.note
 
 
 def test_deciding_keys_whose_probes_overflow_exp_warns_nothing(recwarn):
