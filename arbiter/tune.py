@@ -222,6 +222,11 @@ def _leaders(samples: list[list[float]], default_index: int) -> tuple[int, int]:
     return fast, (order[1] if fast == default_index else default_index)
 
 
+def _tier_position(passed, row) -> int:
+    """``row``'s place in tier order (``passed`` keeps the decision's order: tier, priority, parameter sets)."""
+    return next(i for i, r in enumerate(passed) if r is row)
+
+
 def _decide_paired(fastest, rival, passed, default, *, region, runner, cap, records):
     """The CPU's decision: the fastest few solutions (``PAIRED_CONTESTANTS``, the tier default among them) timed in
     interleaved rounds; the fastest of the rounds against its rival (the tier default, or the runner-up when it is
@@ -250,13 +255,26 @@ def _decide_paired(fastest, rival, passed, default, *, region, runner, cap, reco
                        for each in (TimingMode.DEVICE, TimingMode.LATENCY))
     a, b = _leaders(samples, d)
     p = Paired(tuple(samples[a]), tuple(samples[b]))
+    ok = p.p_value < PAIRED_ALPHA and p.ratio - 1.0 > PAIRED_MIN_MARGIN
+    tied = ""
+    if ok and a != d:
+        # Two solutions both beat the default but not each other: the earlier in tier order wins, every run (the
+        # rounds' own leader between them is noise, and a registry that flips between them on re-tuning is worse).
+        for c in sorted(range(len(rows)), key=lambda i: float(np.median(samples[i]))):
+            if c in (a, d) or _tier_position(passed, rows[c]) > _tier_position(passed, rows[a]):
+                continue
+            vs_c, vs_d = Paired(tuple(samples[a]), tuple(samples[c])), Paired(tuple(samples[c]), tuple(samples[d]))
+            if not (vs_c.p_value < PAIRED_ALPHA and vs_c.ratio - 1.0 > PAIRED_MIN_MARGIN) and (
+                    vs_d.p_value < PAIRED_ALPHA and vs_d.ratio - 1.0 > PAIRED_MIN_MARGIN):
+                tied = f"{rows[c].label} tied with {rows[a].label} and earlier in tier order"
+                a, p = c, vs_d
+                break
     fastest, rival = rows[a], rows[b]
     _rank(passed, default)
     margin = p.ratio - 1.0
-    ok = p.p_value < PAIRED_ALPHA and margin > PAIRED_MIN_MARGIN
     rounds = (f"{len(rows)} solutions in {len(p.a_s)} interleaved rounds: {fastest.label} faster than "
               f"{rival.label} in {p.wins} of them, ratio spread {p.spread * 100:.0f}%")
-    return fastest, rival, ok, margin, rounds, p.spread
+    return fastest, rival, ok, margin, "; ".join(filter(None, [rounds, tied])), p.spread
 
 
 def _versus(fastest, rival, margin: float, ok: bool, spread: float | None = None) -> str:

@@ -243,3 +243,19 @@ def test_deciding_keys_whose_probes_overflow_exp_warns_nothing(recwarn):
     arbiter.run_arbitrated("pointwise", Pointwise(big, [("mul", 100.0), ("silu",)]), policy="tune")
     arbiter.run_arbitrated("matmul", Matmul(x, w * 100, activation="silu"), policy="tune")
     assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)], [str(w.message) for w in recwarn]
+
+
+class LoadedSynth(LoadedVendor):
+    name, tier = "loaded_synth", Tier.SYNTHESIZED
+    base = 0.001
+
+
+def test_two_solutions_tied_ahead_of_the_default_resolve_by_tier_order(only_candidates):
+    """loaded_emitted and loaded_synth both beat the vendor by 20% and tie with each other: whichever led the rounds,
+    the earlier in tier order is stored, so repeated tunes agree."""
+    only_candidates("cpu", "matmul", LoadedVendor(), LoadedEmitted(), LoadedSynth())
+    for _ in range(2):
+        dispatch.configure(store=arbiter.store.MemoryStore())
+        decision = tune_region(small(), dispatch.store(), budget_s=0.5)
+        assert decision.winner.candidate.name == "loaded_emitted", decision.note
+        assert decision.chosen_by == "measured", decision.note

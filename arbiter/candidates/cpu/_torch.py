@@ -6,6 +6,10 @@ helpers (``arbiter.candidates.nvidia._torch``) see a NumPy array through ``torch
 result back through ``Tensor.numpy()``, both zero-copy, so what is timed is torch's CPU kernel and the
 view. torch stays optional: without it every torch candidate is unavailable, with the install hint.
 Gated and timed like every other candidate: torch's kernels compete, never win by decree.
+
+torch's intra-op pool is a solution parameter, as the BLAS pool is for NumPy's candidates: ``{}`` (torch's own
+thread count) or ``{"torch_threads": 1}`` (set for the call and put back, 0.3 us), which on shared cores is often
+the faster: a parallel region waits for every one of its threads, and a loaded box deschedules some.
 """
 from __future__ import annotations
 
@@ -51,6 +55,28 @@ class TorchOnCpu:
 
     def available(self):
         return torch_cpu_available()
+
+    def param_space(self):
+        return [{}, {"torch_threads": 1}]
+
+    def launch_signature(self, region, params):
+        import torch
+
+        one = params.get("torch_threads") == 1 or torch.get_num_threads() == 1
+        return "one thread" if one else "torch's threads"
+
+    def run(self, region, params):
+        threads = params.get("torch_threads")
+        if not threads:
+            return super().run(region, params)  # type: ignore[misc]  # the nvidia candidate's
+        import torch
+
+        was = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            return super().run(region, params)  # type: ignore[misc]
+        finally:
+            torch.set_num_threads(was)
 
     def applies_to(self, region):
         ok = views_reason(region)

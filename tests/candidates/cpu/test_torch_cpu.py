@@ -100,3 +100,16 @@ def test_without_torch_every_torch_candidate_is_unavailable_with_the_install_hin
     lines = out.strip().splitlines()
     assert len(lines) >= 4, out
     assert all("pip install 'kernel-arbiter[torch]'" in line for line in lines), out
+
+
+def test_torch_threads_is_a_parameter_set_for_the_call_and_put_back(rng, monkeypatch):
+    cand = REGISTRY.get("torch_layernorm", "cpu", "layernorm")
+    assert cand.param_space() == [{}, {"torch_threads": 1}]
+    region = LayerNorm.random("cpu", "float32", {"rows": 4, "cols": 77}, rng=rng)
+    assert verify(cand, {"torch_threads": 1}, region).passed
+    before = torch.get_num_threads()
+    seen = []
+    real = torch.layer_norm
+    monkeypatch.setattr(torch, "layer_norm", lambda *a: seen.append(torch.get_num_threads()) or real(*a))
+    cand.run(region.with_out(None), {"torch_threads": 1})
+    assert seen == [1] and torch.get_num_threads() == before
