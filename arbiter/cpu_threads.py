@@ -1,50 +1,63 @@
-"""How numba's parallel kernels share the CPU with BLAS: chosen deliberately, before either starts.
+"""The arbiter's own thread pools on the CPU, chosen without touching anyone else's.
 
-On a machine with few (or shared) cores, numba's default OpenMP layer keeps its threads spinning
-(``OMP_WAIT_POLICY`` unset means *active* in libgomp): each parallel kernel then stalls 8-12 ms
-behind the spinning pool and behind OpenBLAS's own spinning threads right after a BLAS call, so a
-NumPy candidate "wins" by 100x and identical tuning runs choose different winners. Measured on the
-2-core development box (``tests/test_cpu_threads.py`` repeats it): a 64x1000 parallel row sum took
-8.0 ms with the active policy, 65 us with ``OMP_WAIT_POLICY=passive``, 98 us on the workqueue layer.
+Two pools compete for the cores when arbiter kernels run: numba's (the emitted and synthesized
+candidates) and the BLAS library's (NumPy's matmul behind the vendor candidates). Both were measured
+stalling each other on the shared 2-core development box (``tests/test_cpu_threads.py`` repeats it):
+numba's OpenMP layer with its default *active* wait policy kept threads spinning (a 64x1000 parallel
+row sum took 8 ms right after a BLAS call instead of 65-100 us), and an OpenBLAS call right after
+numba's OpenMP kernels took 16 ms instead of 57 us.
 
-``configure()`` (called by ``import arbiter``, before numba or an OpenMP runtime is loaded) therefore
-sets, unless the user set them already:
+``configure()`` (called by ``import arbiter``, before numba is loaded) therefore asks numba for its
+own **workqueue** threading layer (``NUMBA_THREADING_LAYER_PRIORITY="workqueue omp tbb"``) unless the
+user chose a layer (``NUMBA_THREADING_LAYER`` or ``..._PRIORITY``). The workqueue is numba's own
+pthread pool: its threads sleep when idle and it loads no OpenMP runtime, so nothing else changes.
+Earlier versions set ``OMP_WAIT_POLICY=passive`` process-wide instead; that variable is read by every
+OpenMP runtime of the process, torch's included (libgomp is one shared library), and made a torch CPU
+MLP 6x slower when arbiter was imported first (issue 29 item 1). No ``OMP_*`` variable is set now.
 
-* ``OMP_WAIT_POLICY=passive``: idle OpenMP threads sleep instead of spinning;
-* ``NUMBA_THREADING_LAYER_PRIORITY="omp workqueue tbb"``: the OpenMP layer (thread safe, passive
-  now), else the workqueue; TBB, which spins too, last.
+The workqueue layer refuses concurrent launches (it terminates the process), so arbiter's numba
+candidates launch under ``LAUNCH_LOCK`` (a user's own numba code called from several threads at once
+wants ``NUMBA_THREADING_LAYER=omp``, which arbiter then respects).
 
-The threading layer and wait policy actually in force are fields of the cpu environment key
-(``fields()``): a registry tuned under another choice is stale here, never served.
+The BLAS pool: ``blas_threads(n)`` limits it for one call and puts it back (threadpoolctl's controller
+of NumPy's BLAS, about 3 us), so BLAS-backed candidates offer the thread count as a parameter
+(``BLAS_PARAMS``) and the tuner measures it like any other parameter.
+
+The threading layer, the wait policy and the BLAS pool's size are fields of the cpu environment key
+(``fields()``, ``arbiter.targets.cpu.blas_info``): a registry tuned under another choice is stale.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+import threading
 
-WAIT_POLICY = "passive"
-LAYER_PRIORITY = "omp workqueue tbb"
+LAYER_PRIORITY = "workqueue omp tbb"
+# Serialises arbiter's numba launches (the workqueue layer terminates the process on concurrent ones).
+LAUNCH_LOCK = threading.RLock()
+# The BLAS parameter sets of a BLAS-backed candidate: the library's own thread count (its default), then one
+# thread (no worker threads to wake or to leave spinning: on a shared machine often the faster).
+BLAS_PARAMS: tuple[dict, ...] = ({}, {"blas_threads": 1})
 
-# What configure() found: names of the variables it set, and whether numba had started its threads
-# before it ran (then the choice came too late for this process and fields() says so).
 _set_here: list[str] = []
 _late = False
 
 
 def configure() -> None:
-    """Set the wait policy and layer priority unless the user chose them (idempotent)."""
+    """Choose numba's threading layer unless the user chose it (idempotent). Sets no OpenMP variable."""
     global _late
     if "numba" in sys.modules:
         parallel = sys.modules.get("numba.np.ufunc.parallel")
         _late = bool(parallel is not None and getattr(parallel, "_is_initialized", False))
-    for name, value in (("OMP_WAIT_POLICY", WAIT_POLICY), ("NUMBA_THREADING_LAYER_PRIORITY", LAYER_PRIORITY)):
-        if name not in os.environ:
-            os.environ[name] = value
-            _set_here.append(name)
+    if "NUMBA_THREADING_LAYER" not in os.environ and "NUMBA_THREADING_LAYER_PRIORITY" not in os.environ:
+        os.environ["NUMBA_THREADING_LAYER_PRIORITY"] = LAYER_PRIORITY
+        _set_here.append("NUMBA_THREADING_LAYER_PRIORITY")
 
 
 def fields() -> dict[str, str]:
-    """Environment-key fields: numba's threading layer in force and the OpenMP wait policy.
+    """Environment-key fields: numba's threading layer in force and the OpenMP wait policy (the user's;
+    it matters when the user chose the omp layer).
 
     Starts numba's thread pool (without compiling anything) so that the layer is the one numba
     really loaded, not the one asked for; needs numba (callers check).
@@ -54,11 +67,40 @@ def fields() -> dict[str, str]:
 
     parallel._launch_threads()
     layer = numba.threading_layer()
-    if _late and "OMP_WAIT_POLICY" in _set_here:  # numba's OpenMP started before the variable was set
-        policy = "unset (numba started before arbiter)"
-    else:
-        policy = os.environ.get("OMP_WAIT_POLICY", "unset").lower()
+    policy = os.environ.get("OMP_WAIT_POLICY", "unset").lower()
+    if _late and layer != "workqueue":
+        layer += " (numba started before arbiter)"
     return {"numba_threading_layer": layer, "omp_wait_policy": policy}
+
+
+_blas: list | None = None
+
+
+def _blas_pools() -> list:
+    """threadpoolctl's controllers of the loaded BLAS libraries (found once: finding them costs ~0.5 ms)."""
+    global _blas
+    if _blas is None:
+        try:
+            from threadpoolctl import ThreadpoolController
+        except ImportError:
+            _blas = []
+        else:
+            _blas = [c for c in ThreadpoolController().lib_controllers if c.user_api == "blas"]
+    return _blas
+
+
+@contextlib.contextmanager
+def blas_threads(n: int | None):
+    """Run the block with the BLAS pool limited to ``n`` threads (None: as it is), then put it back."""
+    pools = _blas_pools() if n else []
+    before = [p.get_num_threads() for p in pools]
+    for pool in pools:
+        pool.set_num_threads(n)
+    try:
+        yield
+    finally:
+        for pool, was in zip(pools, before):
+            pool.set_num_threads(was)
 
 
 def busy(target: str) -> str | None:

@@ -103,6 +103,12 @@ def _summary(samples: list[float], mode, warmup_s, screened) -> Measurement:
     return Measurement(mode, med, p20, p80, (p80 - p20) / med if med > 0 else 0.0, len(samples), warmup_s, screened)
 
 
+def solution_calls(candidate, params: dict, region, seed: int = 0) -> list:
+    """Zero-argument calls of one solution as ``run_arbitrated`` runs it, one per input set (``input_sets``)."""
+    sets = input_sets(region, timer_for(region.target), np.random.default_rng(seed))
+    return [lambda r=r: serve(candidate, params, r) for r in sets]
+
+
 def measure(candidate, params: dict, region, *, mode: str = "device", min_reps: int = 5, max_reps: int = 200,
             target_spread: float = 0.03, time_cap_s: float = 1.0, best_so_far: float | None = None,
             screen=DEFAULT_SCREEN, seed: int = 0) -> Measurement:
@@ -170,3 +176,104 @@ def measure_calls(calls: list, target_name: str, *, mode: str = "device", min_re
             if m.spread <= target_spread:
                 break
     return _summary(samples, mode, warmup_s, screened)
+
+
+# --- paired rounds (the CPU's decision between two solutions) -------------------------------------------------
+# On shared cores the load drifts within a second: two solutions timed one after the other see different
+# machines, and their spreads (30-600% under load) hide real 20% margins. Timed in alternating rounds (A B, B A,
+# A B ...), each pair of samples sees the same moment, and the ratio of the two is what the decision reads.
+PAIR_SAMPLE_S = 2e-4  # each sample runs calls back to back for at least this long (by the estimate)
+PAIR_ROUNDS = (12, 40)  # at least, at most
+
+
+@dataclass(frozen=True)
+class Paired:
+    """Alternating rounds of two solutions: ``a_s``/``b_s`` the per-call seconds of each round's two samples."""
+
+    a_s: tuple[float, ...]
+    b_s: tuple[float, ...]
+
+    @property
+    def ratios(self) -> np.ndarray:
+        """b / a per round: above 1 where a was the faster."""
+        return np.asarray(self.b_s) / np.asarray(self.a_s)
+
+    @property
+    def ratio(self) -> float:
+        """The median of the paired ratios (b / a)."""
+        return float(np.median(self.ratios))
+
+    @property
+    def spread(self) -> float:
+        """(p80 - p20) / median of the paired ratios."""
+        p20, p80 = np.percentile(self.ratios, [20, 80])
+        return float((p80 - p20) / self.ratio)
+
+    @property
+    def wins(self) -> int:
+        """Rounds won by the side the median favours."""
+        r = self.ratios
+        return int(np.sum(r > 1) if self.ratio >= 1 else np.sum(r < 1))
+
+    @property
+    def p_value(self) -> float:
+        """One-sided sign test: the chance of ``wins`` or more of ``n`` rounds if neither side were faster."""
+        n = len(self.a_s)
+        return sum(math.comb(n, i) for i in range(self.wins, n + 1)) / 2.0 ** n
+
+    def measurement(self, side: str, warmup_s: float = 0.0) -> Measurement:
+        """One side's rounds as a Measurement (``rounds_measurement``)."""
+        return rounds_measurement(self.a_s if side == "a" else self.b_s, warmup_s)
+
+
+def rounds_measurement(samples, warmup_s: float = 0.0) -> Measurement:
+    """One side's samples of interleaved rounds as a Measurement (device mode: the CPU's one clock)."""
+    return _summary(list(samples), "device", warmup_s, False)
+
+
+def interleaved_rounds(sides: list[list], *, estimate_s: float, time_cap_s: float = 1.0,
+                       rounds: tuple[int, int] = PAIR_ROUNDS, enough=None) -> list[list[float]]:
+    """Time several solutions' calls (``solution_calls``) in interleaved rounds on the CPU, the order rotated each
+    round (``A B C``, ``B C A``, ...); per side, the per-call seconds of each round's sample.
+
+    Each sample runs ``ceil(PAIR_SAMPLE_S / estimate_s)`` calls back to back after one untimed call, so the
+    switch from the other solution (its threads still spinning, its data in the cache) is not counted.
+    Stops after ``rounds[1]`` rounds; before, after ``rounds[0]`` once ``enough(samples)`` says so, or once
+    ``time_cap_s`` is spent and ``2 x rounds[0]`` rounds are done (a sign test needs rounds: 11 wins of 12 for
+    p < 0.01, which one descheduled sample on a loaded box spoils), or twice ``time_cap_s`` is spent.
+    """
+    n = max(1, math.ceil(PAIR_SAMPLE_S / max(estimate_s, 1e-9)))
+    k = len(sides)
+    turn = [0] * k
+    samples: list[list[float]] = [[] for _ in sides]
+
+    def sample(side: int) -> float:
+        calls = sides[side]
+        calls[turn[side] % len(calls)]()
+        t0 = time.perf_counter_ns()
+        for i in range(1, n + 1):
+            calls[(turn[side] + i) % len(calls)]()
+        turn[side] += n + 1
+        return (time.perf_counter_ns() - t0) * 1e-9 / n
+
+    start = time.perf_counter()
+    for r in range(rounds[1]):
+        for i in range(k):
+            side = (r + i) % k
+            samples[side].append(sample(side))
+        if r + 1 < rounds[0]:
+            continue
+        spent = time.perf_counter() - start
+        if ((enough is not None and enough(samples)) or spent > 2 * time_cap_s
+                or (spent > time_cap_s and r + 1 >= 2 * rounds[0])):
+            break
+    return samples
+
+
+def paired_rounds(calls_a: list, calls_b: list, *, estimate_s: float, time_cap_s: float = 1.0,
+                  rounds: tuple[int, int] = PAIR_ROUNDS, enough=None) -> Paired:
+    """Two solutions in alternating rounds (``A B``, ``B A``, ...): ``interleaved_rounds`` of two sides."""
+    check = None if enough is None else (lambda s: enough(Paired(tuple(s[0]), tuple(s[1]))))
+    a_s, b_s = interleaved_rounds([calls_a, calls_b], estimate_s=estimate_s, time_cap_s=time_cap_s, rounds=rounds,
+                                  enough=check)
+    return Paired(tuple(a_s), tuple(b_s))

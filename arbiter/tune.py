@@ -5,7 +5,10 @@ parameter set), time each one that passed (once per distinct launch: ``distinct_
 
 * the fastest solution becomes the key's solution with policy ``measured`` when
   its margin over the next (or, when it is not the tier default, over the tier
-  default) beats the noise: ``margin > SEPARATION x max(spread of the two)``;
+  default) beats the noise: ``margin > SEPARATION x max(spread of the two)``; on the
+  CPU (shared cores, drifting load) the two are timed again in alternating rounds
+  (``timing.paired_rounds``) and the paired ratios decide: a sign test under
+  ``PAIRED_ALPHA`` and a median margin over ``PAIRED_MIN_MARGIN``;
 * otherwise the tier default stays, policy ``tier``, noted "... but not separated"
   (or "no other solution to time", with how many were excluded and how many failed the gate).
 
@@ -18,12 +21,14 @@ import contextlib
 import functools
 import time
 
+import numpy as np
+
 from arbiter import select
 from arbiter.errors import NoCandidateError
 from arbiter.select import Status
 from arbiter.solution import ChosenBy, Solution, TimingMode
 from arbiter.store import MeasurementRecord, SolutionRecord, Verdict, VerdictKey
-from arbiter.timing import Measurement, measure
+from arbiter.timing import Measurement, Paired, interleaved_rounds, measure, rounds_measurement, solution_calls
 
 SEPARATION = 2.0  # a margin must exceed twice the relative spread to count
 # A winner more than RETIME_RATIO x faster than its rival is more often a stalled rival (threads of
@@ -31,6 +36,22 @@ SEPARATION = 2.0  # a margin must exceed twice the relative spread to count
 # again, each after SETTLE_S of sleep (longer than OpenBLAS's idle spin), unscreened, before it counts.
 RETIME_RATIO = 10.0
 SETTLE_S = 0.25
+# On the CPU: after a solution whose BLAS pool has several threads (``spins_after``), the next is timed only
+# once OpenBLAS's idle threads stopped spinning (about 0.1 s after its last call).
+BLAS_SETTLE_S = 0.12
+# The CPU's decision between the fastest and its rival, on paired alternating rounds: separated when the sign test
+# says the same side won too many rounds for chance (one-sided p under PAIRED_ALPHA) and the median paired margin
+# is over PAIRED_MIN_MARGIN (smaller margins are not worth leaving the tier default for).
+PAIRED_ALPHA = 0.01
+PAIRED_MIN_MARGIN = 0.05
+# How many of the fastest solutions (by their first timing, the tier default always among them) take part in the
+# interleaved rounds: a first timing on shared cores may rank a stalled solution low, so more than two compete.
+PAIRED_CONTESTANTS = 4
+
+
+def _settle(seconds: float = SETTLE_S) -> None:
+    """Sleep so that threads another solution left spinning go idle before the next is timed."""
+    time.sleep(seconds)
 
 
 def _record(row, m, dims) -> MeasurementRecord:
@@ -52,6 +73,12 @@ class InProcess:
     @staticmethod
     def measure(candidate, params, region, **kwargs):
         return measure(candidate, params, region, **kwargs)
+
+    @staticmethod
+    def interleave(rows, region, *, estimate_s: float, time_cap_s: float, enough=None) -> list[list[float]]:
+        """Interleaved rounds of several solutions (CPU): see ``timing.interleaved_rounds``."""
+        return interleaved_rounds([solution_calls(r.candidate, r.params, region, seed=i) for i, r in enumerate(rows)],
+                                  estimate_s=estimate_s, time_cap_s=time_cap_s, enough=enough)
 
 
 def _crashed_while_timing(row, region, store, env, reason: str) -> None:
@@ -97,8 +124,10 @@ def tune_region(region, store, *, mode: str = TimingMode.DEVICE, budget_s: float
                 records = _time_rows(order, region, store, decision.env, runner, mode, cap, modes, progress)
                 retime = functools.partial(_retime, region=region, runner=runner, mode=mode, cap=cap,
                                            records=records)
+                pair = (functools.partial(_decide_paired, region=region, runner=runner, cap=cap, records=records)
+                        if region.target == "cpu" and hasattr(runner, "interleave") else None)
                 try:
-                    decision = _decide_by_time(decision, order, records, region, store, retime)
+                    decision = _decide_by_time(decision, order, records, region, store, retime, pair)
                 except NoCandidateError as exc:  # every solution crashed while timed: keep their failed verdicts
                     nothing_passed = exc
     if nothing_passed is not None:
@@ -138,8 +167,11 @@ def _measure(runner, row, region, **kwargs):
 
 def _time_rows(order, region, store, env, runner, mode, cap, modes, progress) -> list[MeasurementRecord]:
     """Time each row (screening against the best so far); rows that crash are failed persistently."""
-    records, best = [], None
+    records, best, previous = [], None, None
     for row in order:
+        if region.target == "cpu" and previous is not None and _spins_after(previous):
+            _settle(BLAS_SETTLE_S)
+        previous = row
         m = _measure(runner, row, region, mode=mode, time_cap_s=cap, best_so_far=best)
         if not isinstance(m, Measurement):
             _crashed_while_timing(row, region, store, env, getattr(m, "reason", str(m)))
@@ -168,9 +200,88 @@ def _time_rows(order, region, store, env, runner, mode, cap, modes, progress) ->
     return records
 
 
-def _versus(fastest, rival, margin: float, ok: bool) -> str:
-    """Who is faster than whom, by how much, and whether that beats the noise."""
-    spread = max(fastest.timing.spread, rival.timing.spread) * 100
+def _spins_after(row) -> bool:
+    """Whether ``row``'s solution leaves threads spinning after its calls (its candidate says, ``spins_after``)."""
+    spins = getattr(row.candidate, "spins_after", None)
+    try:
+        return bool(spins(row.params)) if spins is not None else False
+    except Exception:  # the candidate's fault: no settle step, nothing else
+        return False
+
+
+def _paired_enough(p: Paired) -> bool:
+    """Stop the rounds early on a clear win (a tie is never concluded early: on a loaded box a few rounds' median
+    ratio is often 1 while the margin is real)."""
+    return p.p_value < PAIRED_ALPHA / 10 and p.ratio - 1 > PAIRED_MIN_MARGIN
+
+
+def _leaders(samples: list[list[float]], default_index: int) -> tuple[int, int]:
+    """(the side with the lowest median, its rival: the tier default's side, or the runner-up when it is the
+    default)."""
+    order = sorted(range(len(samples)), key=lambda i: float(np.median(samples[i])))
+    fast = order[0]
+    return fast, (order[1] if fast == default_index else default_index)
+
+
+def _tier_position(passed, row) -> int:
+    """``row``'s place in tier order (``passed`` keeps the decision's order: tier, priority, parameter sets)."""
+    return next(i for i, r in enumerate(passed) if r is row)
+
+
+def _decide_paired(fastest, rival, passed, default, *, region, runner, cap, records):
+    """The CPU's decision: the fastest few solutions (``PAIRED_CONTESTANTS``, the tier default among them) timed in
+    interleaved rounds; the fastest of the rounds against its rival (the tier default, or the runner-up when it is
+    the default) on their paired ratios. Returns (fastest, rival, ok, margin, what the rounds said, the paired
+    ratios' spread). The contestants' Measurements (and records) become their samples of the rounds, so explain
+    shows the figures the decision read."""
+    ranked = sorted(passed, key=lambda r: (r.timing.screened, r.timing.median_s))
+    rows = [fastest, rival] + [r for r in ranked if r is not fastest and r is not rival][:PAIRED_CONTESTANTS - 2]
+    d = next(i for i, r in enumerate(rows) if r is default)
+    estimate = min(r.timing.median_s for r in rows)
+
+    def enough(samples):
+        a, b = _leaders(samples, d)
+        return _paired_enough(Paired(tuple(samples[a]), tuple(samples[b])))
+
+    try:
+        samples = runner.interleave(rows, region, estimate_s=estimate, time_cap_s=max(0.2, min(1.5, 3 * cap)),
+                                    enough=enough)
+    except Exception as exc:  # a crash now: the first timings stand, and nothing is separated
+        margin = rival.timing.median_s / fastest.timing.median_s - 1.0
+        return fastest, rival, False, margin, f"interleaved rounds raised {type(exc).__name__}: {exc}", None
+    for row, mine in zip(rows, samples):
+        row.timing = rounds_measurement(mine, row.timing.warmup_s)
+        records[:] = [r for r in records if r.solution != row.solution]
+        records.extend(_record(row, Measurement(**{**row.timing.__dict__, "mode": each}), region.dims)
+                       for each in (TimingMode.DEVICE, TimingMode.LATENCY))
+    a, b = _leaders(samples, d)
+    p = Paired(tuple(samples[a]), tuple(samples[b]))
+    ok = p.p_value < PAIRED_ALPHA and p.ratio - 1.0 > PAIRED_MIN_MARGIN
+    tied = ""
+    if ok and a != d:
+        # Two solutions both beat the default but not each other: the earlier in tier order wins, every run (the
+        # rounds' own leader between them is noise, and a registry that flips between them on re-tuning is worse).
+        for c in sorted(range(len(rows)), key=lambda i: float(np.median(samples[i]))):
+            if c in (a, d) or _tier_position(passed, rows[c]) > _tier_position(passed, rows[a]):
+                continue
+            vs_c, vs_d = Paired(tuple(samples[a]), tuple(samples[c])), Paired(tuple(samples[c]), tuple(samples[d]))
+            if not (vs_c.p_value < PAIRED_ALPHA and vs_c.ratio - 1.0 > PAIRED_MIN_MARGIN) and (
+                    vs_d.p_value < PAIRED_ALPHA and vs_d.ratio - 1.0 > PAIRED_MIN_MARGIN):
+                tied = f"{rows[c].label} tied with {rows[a].label} and earlier in tier order"
+                a, p = c, vs_d
+                break
+    fastest, rival = rows[a], rows[b]
+    _rank(passed, default)
+    margin = p.ratio - 1.0
+    rounds = (f"{len(rows)} solutions in {len(p.a_s)} interleaved rounds: {fastest.label} faster than "
+              f"{rival.label} in {p.wins} of them, ratio spread {p.spread * 100:.0f}%")
+    return fastest, rival, ok, margin, "; ".join(filter(None, [rounds, tied])), p.spread
+
+
+def _versus(fastest, rival, margin: float, ok: bool, spread: float | None = None) -> str:
+    """Who is faster than whom, by how much, and whether that beats the noise (``spread``: the paired ratios'
+    when paired rounds decided, else the larger of the two measurements')."""
+    spread = (max(fastest.timing.spread, rival.timing.spread) if spread is None else spread) * 100
     faster = f"{fastest.label} is {1 + margin:.2f}x faster than {rival.label}"  # a ratio reads at a glance
     return f"{faster} (spread {spread:.1f}%)" if ok else f"{faster}, but not separated: spread {spread:.1f}%"
 
@@ -191,7 +302,7 @@ def _retime(rows, *, region, runner, mode, cap, records, settle=True) -> None:
     replace their records."""
     for row in rows:
         if settle:
-            time.sleep(SETTLE_S)
+            _settle()
         m = _measure(runner, row, region, mode=mode, time_cap_s=cap)
         if not isinstance(m, Measurement):
             continue  # it ran before; a crash now keeps the first timing (the gate verdict stands)
@@ -211,9 +322,9 @@ def _rank(passed, default):
     return fastest, (timed[1] if len(timed) > 1 else None) if fastest is default else default
 
 
-def _decide_by_time(decision, order, records, region, store, retime=None):
-    """Apply the separation rule to the timed rows (re-timing a margin over RETIME_RATIO first);
-    persist measurements and the solution."""
+def _decide_by_time(decision, order, records, region, store, retime=None, pair=None):
+    """Apply the separation rule to the timed rows (re-timing a margin over RETIME_RATIO first; on the CPU
+    ``pair`` decides on paired rounds, ``_decide_paired``); persist measurements and the solution."""
     passed = [r for r in decision.rows if r.status == Status.PASSED and r.timing is not None]
     if not passed:
         from arbiter.errors import NoCandidateError
@@ -229,6 +340,9 @@ def _decide_by_time(decision, order, records, region, store, retime=None):
         retimed = f"re-timed a margin of {before * 100:+.0f}%"
     if rival is None:
         ok, margin, note = False, None, _alone(decision.rows)
+    elif pair is not None:
+        fastest, rival, ok, margin, rounds, spread = pair(fastest, rival, passed, default)
+        note = "; ".join([_versus(fastest, rival, margin, ok, spread), rounds])
     else:
         ok, margin = separated(fastest.timing, rival.timing)
         if ok and retime is not None:

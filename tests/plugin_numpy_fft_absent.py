@@ -1,7 +1,11 @@
 """A plug-in for tests/test_cli_output.py (loaded through ARBITER_PLUGINS): numpy_fft replaced by an
 unavailable stand-in of the same name, so an fft key has one vendor solution to time, one excluded
-candidate of each kind (unavailable, not applicable) beside the failing plug-in."""
+candidate of each kind (unavailable, not applicable) beside the failing plug-in. torch_fft, a vendor solution
+too where torch is installed, is unregistered for the same reason."""
+import contextlib
+
 from arbiter import Candidate, Tier, register
+from arbiter.candidates import unregister
 
 
 class AbsentNumpyFFT(Candidate):
@@ -15,3 +19,6 @@ class AbsentNumpyFFT(Candidate):
 
 
 register(AbsentNumpyFFT())
+
+with contextlib.suppress(KeyError):
+    unregister("torch_fft", "cpu", "fft")

@@ -18,6 +18,7 @@ BENCHMARKS = {
     "attention_tc.py": ([], "attention_tc.md", True),
     "audit_overhead.py": ([], "audit_overhead.md", False),
     "cpu_ops_suite.py": ([], "cpu_ops.md", False),
+    "cpu_peers.py": ([], "cpu_peers.md", False),
     "cpu_suite.py": ([], "cpu_crossovers.md", False),
     "dispatch_overhead.py": ([], "dispatch_overhead.md", False),
     "epilogue.py": ([], "epilogue.md", True),

@@ -1,4 +1,6 @@
 """The timing engine times the user's path: what run_arbitrated executes for a call without out=."""
+import time
+
 import numpy as np
 import pytest
 
@@ -77,3 +79,41 @@ def test_dispatch_outputs_are_not_poisoned_but_the_gates_are():
     region = Softmax.random("cpu", "float32", {"rows": 4, "cols": 8})
     assert np.isnan(region.poisoned_out()).all()
     assert region.poisoned_out().shape == region.output_shape()
+
+
+# --- paired rounds (issue 31 item 3) -------------------------------------------------------------------------------
+def test_paired_statistics():
+    from arbiter.timing import Paired
+
+    p = Paired((1.0, 1.0, 1.0, 1.0), (2.0, 2.0, 0.5, 2.0))
+    assert p.ratio == 2.0 and p.wins == 3
+    assert p.p_value == pytest.approx(5 / 16)  # 3 or 4 of 4 rounds by chance
+    assert p.measurement("b").median_s == 2.0 and p.measurement("a").reps == 4
+
+
+def test_paired_rounds_alternate_the_order_and_skip_the_first_call_of_each_sample():
+    from arbiter.timing import paired_rounds
+
+    log = []
+    a = [lambda: log.append("a")]
+    b = [lambda: log.append("b")]
+    p = paired_rounds(a, b, estimate_s=1.0, rounds=(4, 4))  # one timed call a sample (estimate >= 0.2 ms)
+    assert len(p.a_s) == len(p.b_s) == 4
+    # each sample: an untimed call, then one timed call; rounds A B, B A, A B, B A
+    assert "".join(log) == "aabb" "bbaa" "aabb" "bbaa"
+
+
+def test_paired_rounds_see_a_margin_through_drifting_load():
+    """Load that triples every other 30 ms makes each solution's own spread ~100%: one after the other their
+    20% never separates; paired in time, every round shows it."""
+    from arbiter.timing import paired_rounds
+
+    def loaded(base):
+        def call():
+            factor = 3.0 if int(time.perf_counter() / 0.03) % 2 else 1.0
+            time.sleep(base * factor)
+        return [call]
+
+    p = paired_rounds(loaded(0.001), loaded(0.0012), estimate_s=0.001, rounds=(20, 20))
+    assert 1.1 < p.ratio < 1.4, p.ratio
+    assert p.p_value < 0.01, (p.wins, len(p.a_s))

@@ -185,3 +185,82 @@ def test_a_signature_that_cannot_be_used_times_every_parameter_set(only_candidat
     decision = tune_region(small(k=25), dispatch.store(), runner=runner)
     assert len({p for name, p, _ in runner.timed if name == "broken_signature"}) == 5
     assert not any(r.reason for r in decision.rows)
+
+
+# --- the CPU decides on paired rounds (issue 31 item 3) -------------------------------------------------------------
+def _loaded_sleep(base: float, drift: bool = True) -> None:
+    """Sleep ``base`` seconds times a load that triples every other 100 ms (a shared box's drift, made regular)."""
+    time.sleep(base * (3.0 if drift and int(time.perf_counter() / 0.1) % 2 else 1.0))
+
+
+class LoadedVendor(Candidate):
+    name, target, op, tier = "loaded_vendor", "cpu", "matmul", Tier.HAND_TUNED
+    base = 0.0036  # sleeps of milliseconds: a loaded machine's oversleep is small beside them
+    drift = True
+
+    def run(self, region, params):
+        _loaded_sleep(self.base, self.drift)
+        return mm(region)
+
+
+class LoadedEmitted(LoadedVendor):
+    name, tier = "loaded_emitted", Tier.EMITTED
+    base = 0.0024
+
+
+class LoadedTwin(LoadedVendor):
+    name, tier = "loaded_twin", Tier.EMITTED
+
+
+def test_a_fifty_percent_margin_separates_through_drifting_load(only_candidates):
+    """Each solution's own spread is ~100% under this load, so the spread rule never separated 50%; paired rounds
+    see it in most rounds. (50%, not the 20% the CPU separates on a quiet box: this test runs on a box whose own
+    load oversleeps millisecond sleeps by as much.)"""
+    only_candidates("cpu", "matmul", LoadedVendor(), LoadedEmitted())
+    decision = tune_region(small(), dispatch.store(), budget_s=0.5)
+    assert decision.winner.candidate.name == "loaded_emitted", decision.note
+    assert decision.chosen_by == "measured", decision.note
+    assert "interleaved rounds: loaded_emitted faster than loaded_vendor in" in decision.note
+    assert 0.2 < decision.margin < 1.0
+
+
+def test_twins_are_not_separated_by_paired_rounds(only_candidates):
+    only_candidates("cpu", "matmul", LoadedVendor(), LoadedTwin())
+    decision = tune_region(small(), dispatch.store(), budget_s=0.5)
+    assert decision.winner.candidate.name == "loaded_vendor" and decision.chosen_by == "tier", decision.note
+    assert "but not separated" in decision.note and "interleaved rounds" in decision.note
+
+
+def test_deciding_keys_whose_probes_overflow_exp_warns_nothing(recwarn):
+    """Issue 31 item 5: the gate's probes overflow exp on purpose (numpy_gated, numpy_pointwise, the oracles); the
+    verdict reports what matters, and no NumPy RuntimeWarning reaches the user, tuning or served."""
+    import numpy as np
+
+    from arbiter.regions import Gated, Pointwise
+
+    rng = np.random.default_rng(0)
+    x, w = rng.standard_normal((8, 64)).astype(np.float32), rng.standard_normal((64, 32)).astype(np.float32)
+    arbiter.run_arbitrated("gated", Gated(x * 100, w, w), policy="tune")
+    big = rng.standard_normal(1000).astype(np.float32)
+    arbiter.run_arbitrated("pointwise", Pointwise(big, [("mul", 100.0), ("silu",)]), policy="tune")
+    arbiter.run_arbitrated("matmul", Matmul(x, w * 100, activation="silu"), policy="tune")
+    assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)], [str(w.message) for w in recwarn]
+
+
+class LoadedSynth(LoadedVendor):
+    name, tier = "loaded_synth", Tier.SYNTHESIZED
+    base = 0.0024
+
+
+def test_two_solutions_tied_ahead_of_the_default_resolve_by_tier_order(only_candidates):
+    """loaded_emitted and loaded_synth both beat the vendor by 50% and tie with each other: whichever led the rounds,
+    the earlier in tier order is stored, so repeated tunes agree (no drift here: the subject is the tie)."""
+    steady = [LoadedVendor(), LoadedEmitted(), LoadedSynth()]
+    for cand in steady:
+        cand.drift = False
+    only_candidates("cpu", "matmul", *steady)
+    for _ in range(2):
+        dispatch.configure(store=arbiter.store.MemoryStore())
+        decision = tune_region(small(), dispatch.store(), budget_s=0.5)
+        assert decision.winner.candidate.name == "loaded_emitted", decision.note
+        assert decision.chosen_by == "measured", decision.note

@@ -3,6 +3,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from arbiter import cpu_threads
+from arbiter.candidates import params_id
+from arbiter.candidates.cpu._numba import NUMBA_MISSING, gelu_exact_inplace
 from arbiter.oracles.matmul import erf
 from arbiter.targets.cpu import blas_info
 
@@ -21,7 +24,11 @@ def activation_inplace(name: str, z: np.ndarray) -> None:
     if name == "relu":
         np.maximum(z, 0, out=z)
     elif name == "gelu":
-        z *= 0.5 * (1.0 + erf(z * (1.0 / np.sqrt(2.0))))
+        if NUMBA_MISSING is None and z.flags.c_contiguous and z.size >= 4096:
+            with cpu_threads.LAUNCH_LOCK:  # numba's workqueue layer: one launch at a time
+                gelu_exact_inplace(z.reshape(-1))
+        else:  # small, strided, or no numba: NumPy passes and scipy's erf
+            z *= 0.5 * (1.0 + erf(z * (1.0 / np.sqrt(2.0))))
     elif name == "gelu_tanh":
         z *= 0.5 * (1.0 + np.tanh(SQRT_2_OVER_PI * (z + 0.044715 * z * z * z)))
     elif name == "silu":
@@ -34,3 +41,28 @@ def activation_inplace(name: str, z: np.ndarray) -> None:
 def blas_identity() -> str:
     info = blas_info()
     return f"{info['blas']} {info['blas_version']}"
+
+
+class BlasBacked:
+    """A mixin for candidates whose time is mostly BLAS calls: the BLAS pool's thread count is a solution
+    parameter (``cpu_threads.BLAS_PARAMS``: the library's own count, then one thread), so tuning measures
+    which serves the key on this machine; ``run`` wraps the calls in ``blas(params)``."""
+
+    def param_space(self):
+        return [dict(p) for p in cpu_threads.BLAS_PARAMS]
+
+    def spins_after(self, params) -> bool:
+        """Whether its BLAS pool's idle threads keep spinning after a call (the tuner settles before the next)."""
+        return params.get("blas_threads") != 1 and blas_info()["blas_threads"] not in ("0", "1")
+
+    def launch_signature(self, region, params):
+        # One thread where the pool has one already: the same calls, timed once.
+        threads = params.get("blas_threads")
+        if threads is not None and blas_info()["blas_threads"] == str(threads):
+            return params_id({})
+        return params_id(params)
+
+
+def blas(params: dict):
+    """The BLAS pool limited as ``params`` ask (``blas_threads``) for the block, then put back."""
+    return cpu_threads.blas_threads(params.get("blas_threads"))

@@ -22,11 +22,11 @@ import numpy as np
 
 from arbiter import synth
 from arbiter.candidates import Candidate, Tier, register
-from arbiter.candidates.cpu._numba import NUMBA_MISSING, contiguous_reason, dtype_reason
+from arbiter.candidates.cpu._numba import NUMBA_MISSING, SerialLaunches, contiguous_reason, dtype_reason
 from arbiter.synth import cpu as synth_cpu
 
 
-class NumbaEpilogue(Candidate):
+class NumbaEpilogue(SerialLaunches, Candidate):
     name = "numba_epilogue_synth"
     target = "cpu"
     op = "matmul"

@@ -17,6 +17,7 @@ from arbiter.candidates.cpu._numba import (
     FASTMATH,
     NUMBA_MISSING,
     CompileLog,
+    SerialLaunches,
     code_of,
     dtype_reason,
     first_reason,
@@ -54,7 +55,7 @@ def gemv_col(a, v, out, block):
             out[i] = s
 
 
-class NumbaGemv(Candidate):
+class NumbaGemv(SerialLaunches, Candidate):
     name = "numba_gemv"
     target = "cpu"
     op = "matmul"

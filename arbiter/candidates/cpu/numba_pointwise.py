@@ -9,11 +9,11 @@ from __future__ import annotations
 import inspect
 
 from arbiter.candidates import Candidate, Tier, register
-from arbiter.candidates.cpu._numba import NUMBA_MISSING, dtype_reason
+from arbiter.candidates.cpu._numba import NUMBA_MISSING, SerialLaunches, dtype_reason
 from arbiter.synth import pointwise
 
 
-class SynthPointwise(Candidate):
+class SynthPointwise(SerialLaunches, Candidate):
     name = "synth_pointwise_fused"
     target = "cpu"
     op = "pointwise"

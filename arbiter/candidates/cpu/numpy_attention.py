@@ -8,16 +8,20 @@ from __future__ import annotations
 import numpy as np
 
 from arbiter.candidates import Candidate, Tier, register
-from arbiter.candidates.cpu._common import accumulate_dtype, blas_identity
+from arbiter.candidates.cpu._common import BlasBacked, accumulate_dtype, blas, blas_identity
 
 
-class NumpyAttention(Candidate):
+class NumpyAttention(BlasBacked, Candidate):
     name = "numpy_attention"
     target = "cpu"
     op = "attention"
     tier = Tier.HAND_TUNED
 
     def run(self, region, params):
+        with blas(params):
+            return self._compute(region)
+
+    def _compute(self, region):
         out = region.alloc_out()
         acc = accumulate_dtype(out.dtype)
         q, k, v = (a.astype(acc, copy=False) for a in (region.q, region.k, region.v))

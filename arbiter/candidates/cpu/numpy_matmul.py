@@ -4,16 +4,20 @@ from __future__ import annotations
 import numpy as np
 
 from arbiter.candidates import Candidate, Tier, register
-from arbiter.candidates.cpu._common import accumulate_dtype, activation_inplace, blas_identity
+from arbiter.candidates.cpu._common import BlasBacked, accumulate_dtype, activation_inplace, blas, blas_identity
 
 
-class NumpyMatmul(Candidate):
+class NumpyMatmul(BlasBacked, Candidate):
     name = "numpy_matmul"
     target = "cpu"
     op = "matmul"
     tier = Tier.HAND_TUNED
 
     def run(self, region, params):
+        with blas(params):
+            return self._compute(region)
+
+    def _compute(self, region):
         out = region.alloc_out()
         acc = accumulate_dtype(out.dtype)
         a, b = region.a, region.b

@@ -10,6 +10,8 @@ from arbiter.candidates import Candidate, Tier, register
 from arbiter.candidates.cpu._common import SQRT_2_OVER_PI, accumulate_dtype
 
 
+# exp(-v) overflows to inf for very negative v, and sigmoid and silu are then 0, as they should be: no warning.
+@np.errstate(over="ignore")
 def _sigmoid(v):
     np.negative(v, out=v)
     with np.errstate(over="ignore"):  # exp -> inf for v << 0 gives 1 / inf = 0, the right value
@@ -18,6 +20,7 @@ def _sigmoid(v):
     np.reciprocal(v, out=v)
 
 
+@np.errstate(over="ignore")
 def _silu(v):
     with np.errstate(over="ignore"):  # as in _sigmoid
         v *= 1.0 / (1.0 + np.exp(-v))

@@ -4,6 +4,9 @@ A torch caller's tensors are used as they are (``region.torch_in``): no DLPack c
 A CuPy caller's arrays are seen through zero-copy DLPack views. A result goes into ``region.out`` when
 one was given (the gate's poisoned buffer, or the caller's), else it is returned as it is: the tensor
 torch allocated (its caching allocator) for a torch caller, a zero-copy CuPy view of it for a CuPy one.
+
+The cpu target reuses these candidates (``arbiter/candidates/cpu/torch_*.py``): there a region's arrays are
+NumPy arrays, seen through ``torch.from_numpy`` and given back through ``Tensor.numpy()``, both zero-copy.
 """
 from __future__ import annotations
 
@@ -27,6 +30,10 @@ def view(array):
     where CuPy is absent), else through DLPack, no copy."""
     if type(array).__module__.startswith("torch"):
         return array
+    if type(array).__module__ == "numpy":  # the cpu target's arrays
+        import torch
+
+        return torch.from_numpy(array)
     return torch_view(array)
 
 
@@ -54,6 +61,8 @@ def deliver(region, y):
     if region.out is not None:
         out_tensor(region).copy_(y)
         return region.out
+    if region.target == "cpu":
+        return y.numpy()
     if region.torch_in is not None or targets.get("nvidia").arrays == "torch":  # type: ignore[attr-defined]
         return y  # a torch caller's, or the target's own array type (no CuPy)
     from arbiter.targets.nvidia import cupy_view

@@ -19,8 +19,16 @@ class TorchAttention(TorchCandidate):
 
         if 0 in region.output_shape():
             return region.alloc_out()
-        y = F.scaled_dot_product_attention(tensor(region, "q"), tensor(region, "k"), tensor(region, "v"),
-                                           is_causal=region.causal, scale=region.scale)
+        q, k, v = tensor(region, "q"), tensor(region, "k"), tensor(region, "v")
+        if region.causal and region.scale == 0:
+            # SDPA's causal mask times a zero scale is -inf * 0 = NaN in every row (torch 2.13 on the CPU; the gate's
+            # scale=0 sentinel found it): the same top-left mask as a boolean attn_mask is right.
+            import torch
+
+            mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril()
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=region.scale)
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=region.causal, scale=region.scale)
         return deliver(region, y)
 
 

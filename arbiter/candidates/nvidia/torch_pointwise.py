@@ -55,13 +55,20 @@ class TorchPointwise(TorchCandidate):
     op = "pointwise"
     tier = Tier.COMPOSED
 
+    @staticmethod
+    def working_dtype(dtype):
+        """The dtype the chain runs in: float32 for half types (rounded once at the end), else the caller's."""
+        import torch
+
+        return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
     def run(self, region, params):
         import torch
 
         given = region.torch_in or {}
         x = given.get("x", None)
         x = view(region.x) if x is None else x
-        work = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
+        work = self.working_dtype(x.dtype)
         v = torch.empty(tuple(x.shape), dtype=work, device=x.device).copy_(x)  # C-contiguous, whatever x's layout
         for i, (name, operand) in enumerate(region.ops):
             if operand is None:
