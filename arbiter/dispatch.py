@@ -121,7 +121,7 @@ def _use_store(st) -> None:
     (``arbiter.store.flusher``: the store sits below dispatch, so dispatch starts it with its own ``flush``)."""
     _state.store = st
     if getattr(st, "persistent", False):
-        flusher.start(flush)
+        flusher.start(flush, pending=pending_counts, close=_close_for_signal)
 
 
 def configure(*, store=None, policy: str | None = None, looser_accuracy: bool | None = None) -> None:
@@ -268,7 +268,8 @@ def _install(decision_key, candidate, params, chosen_by: ChosenBy, env, counter:
         route.chosen_by = chosen_by
         if counter is not None:
             setattr(route, counter, getattr(route, counter) + 1)
-        _table[decision_key.id] = route
+        if not _closed:  # ending by a signal: the next call must miss (and wait), not count after the flush
+            _table[decision_key.id] = route
     return route
 
 
@@ -319,6 +320,8 @@ def _serve_disabled(region):
 
 
 def _miss(region, policy):
+    if _closed:  # the process is ending by a signal: its last flush is under way (store/flusher.py)
+        flusher.wait_for_end()
     policy = policy or default_policy()
     if policy not in POLICIES:
         raise ValueError(f"policy: {policy!r} is not one of {', '.join(POLICIES)}")
@@ -447,13 +450,31 @@ def flush() -> None:
                 r.flushed = now  # counted since the snapshot stays pending for the next flush
 
 
+def pending_counts() -> int:
+    """How many counts of this process the registry has not committed yet."""
+    routes = list(_state.routes.values())  # no lock: read by a process ending on a signal
+    return sum(sum(r.counts()) - sum(r.flushed) for r in routes if r.chosen_by != ChosenBy.DISABLED)
+
+
+_closed = False  # the process is ending by a signal: every call misses, and a miss waits for the end
+
+
+def _close_for_signal() -> None:
+    """Before the last flush of a process ending by a signal: later calls find no route, so they wait in
+    ``_miss`` instead of counting after the flush's snapshot."""
+    global _closed
+    _closed = True
+    _table.clear()
+
+
 def _after_fork_in_child() -> None:
     """A forked child inherits its parent's counters, which the parent flushes: it starts its own from zero.
 
     Locks another parent thread held at the fork would never be released in the child; they are made anew.
     """
-    global _flush_lock
+    global _flush_lock, _closed
     _flush_lock = threading.Lock()
+    _closed = False
     _state.lock = threading.RLock()
     for r in _state.routes.values():
         r.hits = r.misses = r.fallbacks = r.loads = 0

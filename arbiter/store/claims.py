@@ -21,6 +21,7 @@ within a lease.
 from __future__ import annotations
 
 import os
+import secrets
 import socket
 import threading
 import time
@@ -40,9 +41,18 @@ class LostClaim(RegistryError):
     """This host's lease ran out and another host took the key over: its result is not committed."""
 
 
+_token: tuple[int, str] | None = None  # (pid, random token) of this process
+
+
 def holder_name() -> str:
-    """``host:pid``: who holds a claim (shown by ``arbiter stats --pending``)."""
-    return f"{socket.gethostname()}:{os.getpid()}"[:128]
+    """``host:pid:token``: who holds a claim (shown by ``arbiter stats --pending``). ``host:pid`` alone is not
+    unique: two containers (PID namespaces) both run a ``worker:1``, and a stalled holder's late result was
+    committed over the live one's (issue 28 item 6). The token is random per process (new in a forked child)."""
+    global _token
+    pid = os.getpid()
+    if _token is None or _token[0] != pid:
+        _token = (pid, secrets.token_hex(6))
+    return f"{socket.gethostname()[:100]}:{pid}:{_token[1]}"
 
 
 def sql_store(store):
