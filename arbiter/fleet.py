@@ -7,6 +7,9 @@ every ``poll_s``) until ``stop`` is set (SIGINT/SIGTERM) or ``until`` (a ``time.
 """
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import threading
 import time
 from dataclasses import dataclass, field
@@ -26,6 +29,46 @@ class Outcome:
     failed: list[str] = field(default_factory=list)  # no solution passed the gate (claim marked failed)
     lost: list[str] = field(default_factory=list)  # the lease ran out and another host took the key over
     skipped: list[str] = field(default_factory=list)  # claimed, but tuned already here (marked done)
+
+
+class Stopped(BaseException):
+    """SIGTERM or SIGHUP stopped a tuner mid-key (see ``stopping_on_signals``): a BaseException, like SIGINT's
+    KeyboardInterrupt, so ``work`` gives the key's claim back on its way out."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def stopping_on_signals(signals=("SIGTERM", "SIGHUP")):
+    """While the body runs, SIGTERM and SIGHUP raise ``Stopped`` in the main thread, so the claim in hand is
+    released at once (before: only SIGINT released it; a terminated tuner stranded its key for a lease). After
+    the body the handlers are restored and the signal raised again, so the process still ends by it (through
+    the counter flusher's last flush). A signal set to be ignored stays ignored."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame):
+        raise Stopped(signum)
+
+    previous = {}
+    for name in signals:
+        signum = getattr(signal, name, None)
+        if signum is not None and signal.getsignal(signum) not in (signal.SIG_IGN, None):
+            previous[signum] = signal.signal(signum, stop)
+    try:
+        yield
+    except Stopped as stopped:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        previous = {}
+        os.kill(os.getpid(), stopped.signum)  # ends the process (default action), or hands it to its handler
+        raise SystemExit(128 + stopped.signum) from None  # a handler that returned: still not a success
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def recorded_problem(claims: Claims, key_id: str, env: str) -> Problem:
@@ -61,8 +104,15 @@ def work(store, claims: Claims, env: str, tune_key, *, problems: dict[str, Probl
         if key_id is None and recorded and claims.offer_recorded(env):
             continue  # new recordings since the last look
         if key_id is None:
-            if not watch:
+            held = [] if watch else claims.held(env, only)
+            if not watch and not held:
                 break
+            if held:  # another holder's live lease (a host tuning it, or a tuner killed mid-key): wait for it,
+                # do not report this run finished (issue 28 item 7); a lapsed lease makes the key claimable
+                wait = max(0.05, min(poll_s, min(e for _, _, e in held) - time.time() + 0.05))
+                event("held", "", {"held": held, "wait_s": wait})
+                stop.wait(wait if until is None else max(0.0, min(wait, until - time.monotonic())))
+                continue
             if not waiting:
                 event("waiting", "", {"poll_s": poll_s})
                 waiting = True

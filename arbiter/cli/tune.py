@@ -283,6 +283,7 @@ def _adopt_environment(console, target: str, fingerprint: str, sql) -> None:
 def _tune_claimed(console, st, sql, env, target, todo, runner, steps, mode, recorded, force, watch, poll_s,
                   watch_s, lease_s, budget_s):
     """The claim loop (``arbiter.fleet``): each key claimed with a lease, tuned, committed with its claim done."""
+    import contextlib
     import signal
     import threading
 
@@ -322,6 +323,9 @@ def _tune_claimed(console, st, sql, env, target, todo, runner, steps, mode, reco
             console.print(lit(f"lost {key_id}: {info['why']}", "yellow"))
         elif kind == "skipped":
             console.print(lit(f"skip {key_id}: tuned already"))
+        elif kind == "held":
+            steps.say("waiting for " + ", ".join(f"{k} (claimed by {h}, lease ends in {e - time.time():.0f} s)"
+                                                 for k, h, e in info["held"]))
         elif kind == "waiting":
             steps.say(f"no key left to claim under {env.fingerprint}; looking again every {info['poll_s']:g} s")
 
@@ -331,11 +335,13 @@ def _tune_claimed(console, st, sql, env, target, todo, runner, steps, mode, reco
         console.print(lit(f"{signal.Signals(signum).name}: stopping after the current key", "yellow"))
         stop.set()
 
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)} if watch else {}
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)} \
+        if watch else {}
     try:
-        outcome = fleet.work(st, claims, env.fingerprint, tune_key, problems={k.id: p for p, _, k in todo},
-                             recorded=recorded, force=force, watch=watch, poll_s=poll_s,
-                             until=min(ends) if ends else None, stop=stop, on_event=event)
+        with fleet.stopping_on_signals() if not watch else contextlib.nullcontext():
+            outcome = fleet.work(st, claims, env.fingerprint, tune_key, problems={k.id: p for p, _, k in todo},
+                                 recorded=recorded, force=force, watch=watch, poll_s=poll_s,
+                                 until=min(ends) if ends else None, stop=stop, on_event=event)
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)

@@ -202,6 +202,20 @@ class Claims:
 
         self.sql.write(write)
 
+    def held(self, env: str, keys=None) -> list[tuple[str, str, float]]:
+        """(key, holder, expires) of ``env``'s claims (among ``keys``) another holder holds under a lease that
+        has not run out: keys a run must wait for (they end done, or their lease lapses and they are claimable)
+        rather than report itself finished."""
+        def read(conn):
+            stmt = select(ClaimRow.key, ClaimRow.holder, ClaimRow.expires).where(
+                ClaimRow.env == env, ClaimRow.state == "claimed", ClaimRow.expires >= time.time(),
+                ClaimRow.holder != self.holder)
+            if keys is not None:
+                stmt = stmt.where(ClaimRow.key.in_(sorted(set(keys))))
+            return [tuple(r) for r in conn.execute(stmt.order_by(ClaimRow.key)).all()]
+
+        return self.sql.transact(read, write=False)
+
     def release(self, key: str, env: str) -> None:
         """Give a claim back unfinished (a host stopping mid-key): open at once, not after the lease."""
         self.sql.transact(lambda conn: conn.execute(update(ClaimRow).where(*self._mine(key, env)).values(
