@@ -43,6 +43,8 @@ from arbiter.ops import op_kind
 from arbiter.region_memo import builder_for, operand_signature
 from arbiter.solution import ChosenBy, Solution, TextEnum
 from arbiter.store import CountDelta, MemoryStore, SolutionRecord, default_store, flusher
+from arbiter.store.diagnostics import UnwritableRegistry
+from arbiter.store.layered import serve_from_memory
 from arbiter.tune import tune_region
 
 
@@ -322,6 +324,18 @@ def _serve_disabled(region):
 def _miss(region, policy):
     if _closed:  # the process is ending by a signal: its last flush is under way (store/flusher.py)
         flusher.wait_for_end()
+    try:
+        return _decide_miss(region, policy)
+    except UnwritableRegistry as exc:  # its disk filled up (or it became read-only) since it was opened
+        with _state.lock:
+            fallback = None if _state.store is None else serve_from_memory(_state.store, exc)
+            if fallback is None:
+                raise
+            _use_store(fallback)
+        return _decide_miss(region, policy)
+
+
+def _decide_miss(region, policy):
     policy = policy or default_policy()
     if policy not in POLICIES:
         raise ValueError(f"policy: {policy!r} is not one of {', '.join(POLICIES)}")

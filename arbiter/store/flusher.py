@@ -42,6 +42,7 @@ import contextlib
 import os
 import select
 import signal
+import sys
 import threading
 import time
 import warnings
@@ -161,7 +162,7 @@ def _on_signal(signum, frame) -> None:
         _signalled = signum
         if _pipe is not None:
             with contextlib.suppress(OSError):
-                os.write(_pipe[1], bytes([signum]))
+                os.write(_pipe[1], bytes([signum | _MARK]))
             return
         signal.signal(signum, signal.SIG_DFL)  # no watcher (cannot happen once started): end as without us
         os.kill(os.getpid(), signum)
@@ -177,19 +178,47 @@ def _on_signal(signum, frame) -> None:
     previous(signum, frame)
 
 
+_MARK = 0x80  # a byte our handler wrote (signal | _MARK), beside the raw ones of the wakeup fd
+GRACE_S = 0.5  # how long a raw wakeup byte waits for the main thread to run the handler itself
+
+
+def _main_spot():
+    """Where the main thread is (its frame and instruction), or None: unchanged over the grace period, it is
+    blocked in C and cannot run a Python handler."""
+    frame = sys._current_frames().get(threading.main_thread().ident or 0)
+    return None if frame is None else (id(frame), frame.f_lasti)
+
+
 def _watch(read_fd: int) -> None:
-    """The watcher thread: wait for an ending signal's number (from the handler, or from Python's C-level
-    handler through the wakeup fd, whichever thread the signal was delivered to) and end the process."""
+    """The watcher thread: wait for an ending signal and end the process. Our handler's byte (signal |
+    ``_MARK``) acts at once. A raw byte from Python's C-level handler (through the wakeup fd, whichever thread
+    the signal was delivered to) acts only when the main thread stays blocked for ``GRACE_S`` (its handler can
+    never run) and the handler is still ours: a main thread that runs handlers writes the mark itself, or a
+    handler of the program's took the signal."""
+    raw: tuple[int, float, object] | None = None  # (signal, when, main's spot) of a raw byte not yet explained
     while True:
+        timeout = None if raw is None else max(0.0, raw[1] + GRACE_S - time.monotonic())
         try:
-            select.select([read_fd], [], [])
-            data = os.read(read_fd, 256)
+            ready, _, _ = select.select([read_fd], [], [], timeout)
+            data = os.read(read_fd, 256) if ready else b""
         except InterruptedError:
             continue
         except OSError:
             return  # closed: a forked child's copy, or the interpreter is going away
-        for signum in data:
-            if signum in SIGNALS and _ends_process(signum):
+        for byte in data:
+            signum = byte & ~_MARK
+            if signum not in SIGNALS:
+                continue
+            if byte & _MARK:
+                if _ends_process(signum):
+                    _end_by(signum)
+                    return
+            elif raw is None and _ends_process(signum):
+                raw = (signum, time.monotonic(), _main_spot())
+        if raw is not None and time.monotonic() >= raw[1] + GRACE_S:
+            signum, _, spot = raw
+            raw = None
+            if spot is not None and spot == _main_spot() and _ends_process(signum):
                 _end_by(signum)
                 return
 
