@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from sqlalchemy import select
 
-from arbiter.errors import NoCandidateError
+from arbiter.errors import NoCandidateError, RegistryError
 from arbiter.keys import ProblemKey
 from arbiter.store.claims import Claims, LostClaim
 from arbiter.store.models import RecordedKey
@@ -81,6 +81,29 @@ def recorded_problem(claims: Claims, key_id: str, env: str) -> Problem:
     return Problem(key.op, dict(dims), key.dtype, dict(key.attrs))
 
 
+def _outside_bucket(problem: Problem, key_id: str) -> str:
+    """Why ``problem`` (a recorded key's dims) is not ``key_id``'s problem, or ""."""
+    key = ProblemKey.parse(key_id)
+    try:
+        got = problem.key(key.target).id
+    except Exception as exc:  # (dims no region accepts: say so as the key's failure)
+        return f"its recorded dims {problem.dims} are not a problem of this key: {type(exc).__name__}: {exc}"
+    if got != key_id:
+        return f"its recorded dims {problem.dims} fall in key {got}, not this one; nothing tuned"
+    return ""
+
+
+def _fail(claims: Claims, key_id: str, env: str, why: str, outcome: Outcome, event) -> None:
+    try:
+        claims.finish(key_id, env, "failed", why[:1000])
+    except LostClaim as exc:
+        outcome.lost.append(key_id)
+        event("lost", key_id, {"why": str(exc)})
+        return
+    outcome.failed.append(key_id)
+    event("failed", key_id, {"decision": None, "error": why})
+
+
 def work(store, claims: Claims, env: str, tune_key, *, problems: dict[str, Problem] | None = None,
          recorded: bool = False, force: bool = False, watch: bool = False, poll_s: float = 5.0,
          until: float | None = None, stop: threading.Event | None = None, on_event=None) -> Outcome:
@@ -121,6 +144,10 @@ def work(store, claims: Claims, env: str, tune_key, *, problems: dict[str, Probl
         waiting = False
         event("claimed", key_id, {"holder": claims.holder})
         problem = problems.get(key_id) or recorded_problem(claims, key_id, env)
+        outside = _outside_bucket(problem, key_id)
+        if outside:  # tuned, it would be stored under another key while this claim says done (issue 28 item 8)
+            _fail(claims, key_id, env, outside, outcome, event)
+            continue
         if not force and store.load_measurements(key_id, env):
             with store.transaction():  # tuned already (by a run that did not claim): nothing to do but say so
                 claims.finish(key_id, env, "done", "tuned already")
@@ -139,6 +166,13 @@ def work(store, claims: Claims, env: str, tune_key, *, problems: dict[str, Probl
         except LostClaim as exc:
             outcome.lost.append(key_id)
             event("lost", key_id, {"why": str(exc)})
+            continue
+        except RegistryError:
+            claims.release(key_id, env)  # the registry's trouble, not the key's: open again at once
+            raise
+        except Exception as exc:  # (this key cannot be tuned here: MemoryError, a region error...)
+            # Marked failed with why, so neither this run nor a watcher fails on it again and again.
+            _fail(claims, key_id, env, f"{type(exc).__name__}: {exc}", outcome, event)
             continue
         except BaseException:
             claims.release(key_id, env)  # stopping or broken mid-key: the key is open again at once

@@ -95,8 +95,21 @@ def _reopen_untuned(conn, env: str, keys=None) -> int:
     return conn.execute(stmt.values(state="open", holder="", note="", updated=utcnow())).rowcount
 
 
+MAX_ATTEMPTS = 3  # a key claimed this often whose holders all died or lost it is marked failed, not retried
+
+
 def _claimable(now: float):
-    return or_(ClaimRow.state == "open", and_(ClaimRow.state == "claimed", ClaimRow.expires < now))
+    return and_(or_(ClaimRow.state == "open", and_(ClaimRow.state == "claimed", ClaimRow.expires < now)),
+                ClaimRow.attempts < MAX_ATTEMPTS)
+
+
+def _give_up(conn, env: str, now: float) -> None:
+    """Mark failed the claims of ``env`` whose attempts ran out (a key that kills every host that tunes it,
+    e.g. one too big for the host's memory): without a cap it reopened forever."""
+    conn.execute(update(ClaimRow).where(ClaimRow.env == env, ClaimRow.attempts >= MAX_ATTEMPTS, or_(
+        ClaimRow.state == "open", and_(ClaimRow.state == "claimed", ClaimRow.expires < now))).values(
+        state="failed", holder="", updated=utcnow(),
+        note=f"gave up after {MAX_ATTEMPTS} attempts: each holder died or lost the key before finishing it"))
 
 
 class Claims:
@@ -158,6 +171,7 @@ class Claims:
         keys = None if keys is None else sorted(set(keys))
 
         def write(conn):
+            _give_up(conn, env, time.time())
             while True:
                 now = time.time()
                 pick = select(ClaimRow.id, ClaimRow.key).where(ClaimRow.env == env, _claimable(now))
