@@ -46,6 +46,8 @@ from arbiter.ops import op_kind
 from arbiter.region_memo import builder_for, operand_signature
 from arbiter.solution import ChosenBy, Solution, TextEnum, TimingMode
 from arbiter.store import CountDelta, MemoryStore, SolutionRecord, default_store, flusher
+from arbiter.store.diagnostics import UnwritableRegistry
+from arbiter.store.layered import serve_from_memory
 from arbiter.tune import tune_region
 
 
@@ -136,7 +138,7 @@ def _use_store(st) -> None:
     (``arbiter.store.flusher``: the store sits below dispatch, so dispatch starts it with its own ``flush``)."""
     _state.store = st
     if getattr(st, "persistent", False):
-        flusher.start(flush)
+        flusher.start(flush, pending=pending_counts, close=_close_for_signal)
 
 
 def configure(*, store=None, policy: str | None = None, looser_accuracy: bool | None = None,
@@ -331,7 +333,8 @@ def _install(decision_key, candidate, params, chosen_by: ChosenBy, env, counter:
         torch_caller = region is not None and getattr(region, "torch_in", None) is not None
         table = _torch_table if torch_caller else _table
         _audit.arm(route, table, store)  # the audit's sampling wrapper, or the candidate's run at rate 0
-        table[decision_key.id] = route
+        if not _closed:  # ending by a signal: the next call must miss (and wait), not count after the flush
+            table[decision_key.id] = route
     if region is not None and not route.capturable and route.captured is None and _may_capture(region):
         _prepare_capture(route, region, decision)
     return route
@@ -467,6 +470,20 @@ def _serve_disabled(region):
 
 
 def _miss(region, policy):
+    if _closed:  # the process is ending by a signal: its last flush is under way (store/flusher.py)
+        flusher.wait_for_end()
+    try:
+        return _decide_miss(region, policy)
+    except UnwritableRegistry as exc:  # its disk filled up (or it became read-only) since it was opened
+        with _state.lock:
+            fallback = None if _state.store is None else serve_from_memory(_state.store, exc)
+            if fallback is None:
+                raise
+            _use_store(fallback)
+        return _decide_miss(region, policy)
+
+
+def _decide_miss(region, policy):
     policy = policy or default_policy()
     if policy not in POLICIES:
         raise ValueError(f"policy: {policy!r} is not one of {', '.join(POLICIES)}")
@@ -632,13 +649,32 @@ def flush() -> None:
                 r.flushed = now  # counted since the snapshot stays pending for the next flush
 
 
+def pending_counts() -> int:
+    """How many counts of this process the registry has not committed yet."""
+    routes = list(_state.routes.values())  # no lock: read by a process ending on a signal
+    return sum(sum(r.counts()) - sum(r.flushed) for r in routes if r.chosen_by != ChosenBy.DISABLED)
+
+
+_closed = False  # the process is ending by a signal: every call misses, and a miss waits for the end
+
+
+def _close_for_signal() -> None:
+    """Before the last flush of a process ending by a signal: later calls find no route, so they wait in
+    ``_miss`` instead of counting after the flush's snapshot."""
+    global _closed
+    _closed = True
+    _table.clear()
+    _torch_table.clear()
+
+
 def _after_fork_in_child() -> None:
     """A forked child inherits its parent's counters, which the parent flushes: it starts its own from zero.
 
     Locks another parent thread held at the fork would never be released in the child; they are made anew.
     """
-    global _flush_lock
+    global _flush_lock, _closed
     _flush_lock = threading.Lock()
+    _closed = False
     _state.lock = threading.RLock()
     for r in _state.routes.values():
         r.hits = r.misses = r.fallbacks = r.loads = 0

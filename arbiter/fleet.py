@@ -7,13 +7,16 @@ every ``poll_s``) until ``stop`` is set (SIGINT/SIGTERM) or ``until`` (a ``time.
 """
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import threading
 import time
 from dataclasses import dataclass, field
 
 from sqlalchemy import select
 
-from arbiter.errors import NoCandidateError
+from arbiter.errors import NoCandidateError, RegistryError
 from arbiter.keys import ProblemKey
 from arbiter.store.claims import Claims, LostClaim
 from arbiter.store.models import RecordedKey
@@ -28,6 +31,46 @@ class Outcome:
     skipped: list[str] = field(default_factory=list)  # claimed, but tuned already here (marked done)
 
 
+class Stopped(BaseException):
+    """SIGTERM or SIGHUP stopped a tuner mid-key (see ``stopping_on_signals``): a BaseException, like SIGINT's
+    KeyboardInterrupt, so ``work`` gives the key's claim back on its way out."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def stopping_on_signals(signals=("SIGTERM", "SIGHUP")):
+    """While the body runs, SIGTERM and SIGHUP raise ``Stopped`` in the main thread, so the claim in hand is
+    released at once (before: only SIGINT released it; a terminated tuner stranded its key for a lease). After
+    the body the handlers are restored and the signal raised again, so the process still ends by it (through
+    the counter flusher's last flush). A signal set to be ignored stays ignored."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame):
+        raise Stopped(signum)
+
+    previous = {}
+    for name in signals:
+        signum = getattr(signal, name, None)
+        if signum is not None and signal.getsignal(signum) not in (signal.SIG_IGN, None):
+            previous[signum] = signal.signal(signum, stop)
+    try:
+        yield
+    except Stopped as stopped:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        previous = {}
+        os.kill(os.getpid(), stopped.signum)  # ends the process (default action), or hands it to its handler
+        raise SystemExit(128 + stopped.signum) from None  # a handler that returned: still not a success
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
 def recorded_problem(claims: Claims, key_id: str, env: str) -> Problem:
     """The Problem of a recorded key, with the real dimensions production recorded for it under ``env``."""
     dims = claims.sql.transact(lambda conn: conn.execute(select(RecordedKey.dims).where(
@@ -36,6 +79,29 @@ def recorded_problem(claims: Claims, key_id: str, env: str) -> Problem:
     if dims is None:  # offered from a key list, not recorded: tune it at its bucket's bounds
         dims = {n: max(v, 1) for n, v in key.bucket}
     return Problem(key.op, dict(dims), key.dtype, dict(key.attrs))
+
+
+def _outside_bucket(problem: Problem, key_id: str) -> str:
+    """Why ``problem`` (a recorded key's dims) is not ``key_id``'s problem, or ""."""
+    key = ProblemKey.parse(key_id)
+    try:
+        got = problem.key(key.target).id
+    except Exception as exc:  # (dims no region accepts: say so as the key's failure)
+        return f"its recorded dims {problem.dims} are not a problem of this key: {type(exc).__name__}: {exc}"
+    if got != key_id:
+        return f"its recorded dims {problem.dims} fall in key {got}, not this one; nothing tuned"
+    return ""
+
+
+def _fail(claims: Claims, key_id: str, env: str, why: str, outcome: Outcome, event) -> None:
+    try:
+        claims.finish(key_id, env, "failed", why[:1000])
+    except LostClaim as exc:
+        outcome.lost.append(key_id)
+        event("lost", key_id, {"why": str(exc)})
+        return
+    outcome.failed.append(key_id)
+    event("failed", key_id, {"decision": None, "error": why})
 
 
 def work(store, claims: Claims, env: str, tune_key, *, problems: dict[str, Problem] | None = None,
@@ -61,8 +127,15 @@ def work(store, claims: Claims, env: str, tune_key, *, problems: dict[str, Probl
         if key_id is None and recorded and claims.offer_recorded(env):
             continue  # new recordings since the last look
         if key_id is None:
-            if not watch:
+            held = [] if watch else claims.held(env, only)
+            if not watch and not held:
                 break
+            if held:  # another holder's live lease (a host tuning it, or a tuner killed mid-key): wait for it,
+                # do not report this run finished (issue 28 item 7); a lapsed lease makes the key claimable
+                wait = max(0.05, min(poll_s, min(e for _, _, e in held) - time.time() + 0.05))
+                event("held", "", {"held": held, "wait_s": wait})
+                stop.wait(wait if until is None else max(0.0, min(wait, until - time.monotonic())))
+                continue
             if not waiting:
                 event("waiting", "", {"poll_s": poll_s})
                 waiting = True
@@ -71,6 +144,10 @@ def work(store, claims: Claims, env: str, tune_key, *, problems: dict[str, Probl
         waiting = False
         event("claimed", key_id, {"holder": claims.holder})
         problem = problems.get(key_id) or recorded_problem(claims, key_id, env)
+        outside = _outside_bucket(problem, key_id)
+        if outside:  # tuned, it would be stored under another key while this claim says done (issue 28 item 8)
+            _fail(claims, key_id, env, outside, outcome, event)
+            continue
         if not force and store.load_measurements(key_id, env):
             with store.transaction():  # tuned already (by a run that did not claim): nothing to do but say so
                 claims.finish(key_id, env, "done", "tuned already")
@@ -89,6 +166,13 @@ def work(store, claims: Claims, env: str, tune_key, *, problems: dict[str, Probl
         except LostClaim as exc:
             outcome.lost.append(key_id)
             event("lost", key_id, {"why": str(exc)})
+            continue
+        except RegistryError:
+            claims.release(key_id, env)  # the registry's trouble, not the key's: open again at once
+            raise
+        except Exception as exc:  # (this key cannot be tuned here: MemoryError, a region error...)
+            # Marked failed with why, so neither this run nor a watcher fails on it again and again.
+            _fail(claims, key_id, env, f"{type(exc).__name__}: {exc}", outcome, event)
             continue
         except BaseException:
             claims.release(key_id, env)  # stopping or broken mid-key: the key is open again at once

@@ -18,8 +18,13 @@ import or tune; goal 0), flush latency p50/p99/max, and the import's wall time a
 ``ru_maxrss``). ``--json`` prints the figures as JSON (the smoke test in ``tests/test_registry_stress.py``
 reads it).
 
+``--threads T``: each worker dispatches from T threads (its main thread flushes). ``--sigterm K``: K workers get
+SIGTERM at random moments between 20% and 80% of the run; each must end by it (exit -15), and every call it
+completed must be counted (workers write their completed calls to a shared counts file, so a killed one still
+says how many); reported: how many were signalled and the longest time from a SIGTERM to the exit.
+
 Usage: python benchmarks/registry_stress.py [--procs 64] [--seconds 60] [--db sqlite,postgresql]
-       [--import-keys 8000] [--pg URL] [--json] [--quick] [--out DIR]
+       [--import-keys 8000] [--pg URL] [--json] [--quick] [--out DIR] [--threads 1] [--sigterm 0]
 ``--quick``: --procs 4 --seconds 3 --import-keys 100 (a smoke run). ``--out DIR``: the table is also written to
 ``DIR/registry_stress.md``.
 """
@@ -28,6 +33,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -62,8 +69,16 @@ def _regions():
 
 
 # --- the worker process -------------------------------------------------------------------------------------
-def worker(db: str, seconds: float, flush_every: float) -> None:
-    """Open the registry, load every key, say "ready", wait for "go", dispatch and flush; print figures as JSON."""
+def worker(db: str, seconds: float, flush_every: float, threads: int = 1, counts: str = "", slot: int = 0) -> None:
+    """Open the registry, load every key, say "ready", wait for "go", dispatch and flush; print figures as JSON.
+
+    ``threads`` threads dispatch (the main thread flushes); each adds one to its int64 slot of the file
+    ``counts`` (slots ``slot * threads`` on) after every call returned, so a worker SIGTERMed mid-run still says
+    how many calls it completed."""
+    import threading
+
+    import numpy as np
+
     import arbiter
     from arbiter.store import default_store, flusher
 
@@ -71,30 +86,36 @@ def worker(db: str, seconds: float, flush_every: float) -> None:
     errors: list[str] = []
     arbiter.configure(store=default_store())
     regions = _regions()
-    made = 0
+    done = np.memmap(counts, dtype=np.int64, mode="r+")[slot * threads:(slot + 1) * threads] if counts else \
+        np.zeros(threads, np.int64)
     for op, region in regions:  # the first call of each key loads its stored solution
         arbiter.run_arbitrated(op, region)
-        made += 1
+        done[0] += 1
     print("ready", flush=True)
     sys.stdin.readline()
     latencies = []
     end = time.monotonic() + seconds
-    next_flush = time.monotonic() + flush_every
-    while time.monotonic() < end:
-        for op, region in regions:
-            try:
-                arbiter.run_arbitrated(op, region)
-                made += 1
-            except Exception as exc:  # a registry error reaching the caller: what this test counts
-                errors.append(f"run_arbitrated: {type(exc).__name__}: {exc}")
-        if time.monotonic() >= next_flush:
-            t = time.perf_counter()
-            try:
-                arbiter.flush()
-                latencies.append(time.perf_counter() - t)
-            except Exception as exc:
-                errors.append(f"flush: {type(exc).__name__}: {exc}")
-            next_flush = time.monotonic() + flush_every
+
+    def dispatch(t: int) -> None:
+        while time.monotonic() < end:
+            for op, region in regions:
+                try:
+                    arbiter.run_arbitrated(op, region)
+                    done[t] += 1
+                except Exception as exc:  # a registry error reaching the caller: what this test counts
+                    errors.append(f"run_arbitrated: {type(exc).__name__}: {exc}")
+
+    pool = [threading.Thread(target=dispatch, args=(t,), daemon=True) for t in range(threads)]
+    for th in pool:
+        th.start()
+    while any(th.is_alive() for th in pool):
+        pool[0].join(flush_every)
+        t = time.perf_counter()
+        try:
+            arbiter.flush()
+            latencies.append(time.perf_counter() - t)
+        except Exception as exc:
+            errors.append(f"flush: {type(exc).__name__}: {exc}")
     for _attempt in range(10):  # the counts of a failed flush are still pending: try again
         t = time.perf_counter()
         try:
@@ -103,7 +124,7 @@ def worker(db: str, seconds: float, flush_every: float) -> None:
             break
         except Exception as exc:
             errors.append(f"final flush: {type(exc).__name__}: {exc}")
-    print(json.dumps({"made": made, "latencies": latencies, "errors": errors}), flush=True)
+    print(json.dumps({"made": int(done.sum()), "latencies": latencies, "errors": errors}), flush=True)
 
 
 # --- the import file ---------------------------------------------------------------------------------------
@@ -177,7 +198,8 @@ def _counted(db: str) -> int:
         st.close()
 
 
-def run_one(name: str, db: str, export: str, procs: int, seconds: float, flush_every: float, log) -> dict:
+def run_one(name: str, db: str, export: str, procs: int, seconds: float, flush_every: float, log,
+            threads: int = 1, sigterm: int = 0) -> dict:
     env = _env(db)
     log(f"[{name}] warming {db}")
     warm = subprocess.run([sys.executable, __file__, "--warm"], env=env, capture_output=True, text=True)
@@ -186,9 +208,14 @@ def run_one(name: str, db: str, export: str, procs: int, seconds: float, flush_e
     before = _counted(db)
     log(f"[{name}] starting {procs} workers")
     t0 = time.monotonic()
+    import numpy as np
+
+    counts = os.path.join(os.path.dirname(export), f"counts-{name}.bin")
+    np.zeros(procs * threads, np.int64).tofile(counts)
     workers = [subprocess.Popen([sys.executable, __file__, "--worker", "--seconds", str(seconds), "--flush-every",
-                                 str(flush_every)], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True) for _ in range(procs)]
+                                 str(flush_every), "--threads", str(threads), "--counts", counts, "--slot", str(i)],
+                                env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True) for i in range(procs)]
     for w in workers:
         line = w.stdout.readline().strip()
         if line != "ready":
@@ -205,9 +232,38 @@ def run_one(name: str, db: str, export: str, procs: int, seconds: float, flush_e
     for w in workers:
         w.stdin.write("go\n")
         w.stdin.flush()
+    # --sigterm: that many workers get SIGTERM at random moments of the middle of the run; each must end by it
+    # (exit -15) and lose no count it completed (read from the counts file, as the process prints nothing).
+    rng = np.random.default_rng(1)
+    victims = {int(i): start + seconds * float(rng.uniform(0.2, 0.8))
+               for i in rng.choice(procs, size=min(sigterm, procs), replace=False)}
+    signalled: dict[int, float] = {}
+    ended_after: list[float] = []
+    pending = dict(victims)
+    while pending or len(ended_after) < len(signalled):
+        now = time.monotonic()
+        for i, when in list(pending.items()):
+            if now >= when:
+                workers[i].send_signal(signal.SIGTERM)
+                signalled[i] = now
+                del pending[i]
+        for i, when in signalled.items():
+            if when >= 0 and workers[i].poll() is not None:
+                ended_after.append(time.monotonic() - when)
+                signalled[i] = -1.0
+            elif when >= 0 and time.monotonic() - when > 120:
+                ended_after.append(float("inf"))
+                signalled[i] = -1.0
+        time.sleep(0.02)
     results, errors, stderr_lines = [], [], []
-    for w in workers:
+    reported = 0  # counts SIGTERMed workers said they could not write (with their number) before ending
+    for i, w in enumerate(workers):
         out, err = w.communicate()
+        if i in victims:
+            if w.returncode != -signal.SIGTERM:
+                errors.append(f"SIGTERMed worker exit {w.returncode}, not -15: {err.strip()[-300:]}")
+            reported += sum(int(m.group(1)) for m in re.finditer(r"(\d+) dispatch count\(s\) not written", err))
+            continue
         if w.returncode != 0:
             errors.append(f"worker exit {w.returncode}: {err.strip().splitlines()[-1] if err.strip() else ''}")
             continue
@@ -220,7 +276,7 @@ def run_one(name: str, db: str, export: str, procs: int, seconds: float, flush_e
     import_out = importer.stdout.read()
     tune_out, _ = tuner.communicate()
     wall = time.monotonic() - start
-    made = sum(r["made"] for r in results)
+    made = int(np.fromfile(counts, np.int64).sum())  # every completed call, SIGTERMed workers' included
     latencies = [x for r in results for x in r["latencies"]]
     errors += [e for r in results for e in r["errors"]]
     if importer.returncode != 0:
@@ -230,14 +286,15 @@ def run_one(name: str, db: str, export: str, procs: int, seconds: float, flush_e
     tuned = sum(1 for ln in tune_out.splitlines() if ln.startswith("tuned "))
     counted = _counted(db) - before
     return {"database": name, "procs": procs, "seconds": seconds, "wall_s": round(wall, 1),
-            "dispatches": made, "counted": counted, "lost": made - counted,
+            "dispatches": made, "counted": counted, "lost": made - counted, "lost_reported": reported,
             "errors_surfaced": len(errors), "error_samples": errors[:5], "warnings": len(stderr_lines),
             "flushes": len(latencies), "flush_p50_ms": round(_pct(latencies, 0.5) * 1e3, 1),
             "flush_p99_ms": round(_pct(latencies, 0.99) * 1e3, 1),
             "flush_max_ms": round(max(latencies, default=float("nan")) * 1e3, 1),
             "import_mb": round(os.path.getsize(export) / 2**20, 1), "import_s": round(import_s, 1),
             "import_peak_mb": round(usage.ru_maxrss / 1024, 1), "import_ok": importer.returncode == 0,
-            "tune_runs": tuned}
+            "tune_runs": tuned, "threads": threads, "sigtermed": len(victims),
+            "sigterm_exit_max_s": round(max(ended_after, default=float("nan")), 2)}
 
 
 def warm() -> None:
@@ -286,10 +343,12 @@ def _pg_database(admin: str):
 
 def table(rows: list[dict]) -> str:
     cols = [("database", "database"), ("procs", "procs"), ("seconds", "s"), ("dispatches", "dispatches"),
-            ("counted", "counted"), ("lost", "lost"), ("errors_surfaced", "errors to callers"),
+            ("counted", "counted"), ("lost", "lost"), ("lost_reported", "of which reported"),
+            ("errors_surfaced", "errors to callers"),
             ("flushes", "flushes"), ("flush_p50_ms", "flush p50 ms"), ("flush_p99_ms", "flush p99 ms"),
             ("flush_max_ms", "flush max ms"), ("import_mb", "import MiB"), ("import_s", "import s"),
-            ("import_peak_mb", "import peak MiB"), ("tune_runs", "tune runs")]
+            ("import_peak_mb", "import peak MiB"), ("tune_runs", "tune runs"), ("threads", "threads"),
+            ("sigtermed", "SIGTERMed"), ("sigterm_exit_max_s", "SIGTERM to exit max s")]
     lines = ["| " + " | ".join(h for _, h in cols) + " |", "|" + "---|" * len(cols)]
     for r in rows:
         lines.append("| " + " | ".join(f"{r[k]:,}" if isinstance(r[k], int) else str(r[k]) for k, _ in cols) + " |")
@@ -309,19 +368,26 @@ def main() -> None:
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
     ap.add_argument("--quick", action="store_true", help="--procs 4 --seconds 3 --import-keys 100 (smoke run)")
     ap.add_argument("--out", help="also write the table to DIR/registry_stress.md")
+    ap.add_argument("--threads", type=int, default=1, help="dispatching threads per worker process (default 1)")
+    ap.add_argument("--sigterm", type=int, default=0,
+                    help="workers sent SIGTERM at random moments mid-run (default 0); each must end with -15 and "
+                         "lose no count it completed")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--counts", default="", help=argparse.SUPPRESS)
+    ap.add_argument("--slot", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--warm", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--tuner", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.quick:
         args.procs, args.seconds, args.import_keys = 4, 3.0, 100
     if args.worker:
-        return worker(os.environ["ARBITER_DB"], args.seconds, args.flush_every)
+        return worker(os.environ["ARBITER_DB"], args.seconds, args.flush_every, args.threads, args.counts, args.slot)
     if args.warm:
         return warm()
     if args.tuner:
         return tuner(args.seconds)
-    for name, value in (("procs", args.procs), ("seconds", args.seconds), ("import-keys", args.import_keys)):
+    for name, value in (("procs", args.procs), ("seconds", args.seconds), ("import-keys", args.import_keys),
+                        ("threads", args.threads)):
         if value <= 0:
             ap.error(f"--{name}: must be positive, got {value}")
     if args.import_keys > 4 * 16 ** 3:
@@ -343,11 +409,12 @@ def main() -> None:
         for name in wanted:
             if name == "sqlite":
                 rows.append(run_one(name, os.path.join(tmp, "registry.db"), export, args.procs, args.seconds,
-                                    args.flush_every, log))
+                                    args.flush_every, log, args.threads, args.sigterm))
             else:
                 url, drop = _pg_database(args.pg)
                 try:
-                    rows.append(run_one(name, url, export, args.procs, args.seconds, args.flush_every, log))
+                    rows.append(run_one(name, url, export, args.procs, args.seconds, args.flush_every, log,
+                                        args.threads, args.sigterm))
                 finally:
                     drop()
     if args.out:

@@ -429,6 +429,7 @@ class CandidateRegistry:
     def __init__(self):
         self._by_target_op: dict[tuple[str, str], dict[str, Candidate]] = {}
         self._loaded: set[str] = set()
+        self._loading: set[str] = set()  # targets whose modules the thread holding ``_lock`` is importing
         self._entry_points_loaded = False
         self._lock = threading.RLock()
         self.listeners: list[Callable[[], None]] = []  # called after every change (dispatch re-decides)
@@ -487,18 +488,25 @@ class CandidateRegistry:
         """Import every module of ``arbiter.candidates.<target>`` (each registers itself) once."""
         if target in self._loaded:
             return
-        with self._lock:
-            if target in self._loaded:
-                return
-            self._loaded.add(target)
+        with self._lock:  # another thread's first call waits here until every module is in
+            if target in self._loaded or target in self._loading:
+                return  # loaded, or being loaded by this very thread (a module that asks for candidates)
+            # Marked loaded only once imported: marked before (as it was), a second thread's first call found
+            # the target "loaded" and no candidate in it (issue 28 item 10).
+            self._loading.add(target)
             try:
-                package = importlib.import_module(f"arbiter.candidates.{target}")
-            except ImportError:
-                return
-            for info in pkgutil.iter_modules(package.__path__):
-                if not info.name.startswith("_"):
-                    importlib.import_module(f"{package.__name__}.{info.name}")
-            self._load_entry_points()
+                try:
+                    package = importlib.import_module(f"arbiter.candidates.{target}")
+                except ImportError:
+                    package = None
+                if package is not None:
+                    for info in pkgutil.iter_modules(package.__path__):
+                        if not info.name.startswith("_"):
+                            importlib.import_module(f"{package.__name__}.{info.name}")
+                    self._load_entry_points()
+                self._loaded.add(target)
+            finally:
+                self._loading.discard(target)
 
     def _load_entry_points(self) -> None:
         if self._entry_points_loaded:

@@ -217,6 +217,10 @@ def tune(
     if allow_looser:
         dispatch.configure(looser_accuracy=True)
     require_target(target)
+    if watch and (workers > 1 or devices):
+        raise typer.BadParameter("--watch claims one key at a time in this process: start one `arbiter tune "
+                                 "--from-recorded --watch` per worker instead of --workers/--devices",
+                                 param_hint="--watch")
     if watch and not from_recorded:
         raise typer.BadParameter("--watch claims keys recorded by production: give --from-recorded too",
                                  param_hint="--watch")
@@ -230,8 +234,10 @@ def tune(
         if not shape:
             raise typer.BadParameter("give at least one --shape with --op", param_hint="--shape")
         problems += problems_from_options(op, shape, dtype, activation, bias, residual, attr)
-    if from_recorded and fleet_store is None:  # in memory: no claims, the recorded keys of every environment
-        problems += _recorded_problems(target)
+    if from_recorded and (fleet_store is None or workers > 1 or devices):
+        # in memory: no claims, the recorded keys of every environment; with workers (which claim nothing):
+        # the keys recorded under this environment and not tuned yet (before: "tuned 0 of 0", keys left pending)
+        problems += _recorded_problems(target) if fleet_store is None else _pending_problems(fleet_store, target)
     if retune_stale:
         problems += _stale_problems(target)
     if not problems and not (from_recorded and fleet_store is not None):
@@ -318,6 +324,17 @@ def tune(
     _print_json(target)
 
 
+def _pending_problems(sql, target: str) -> list[Problem]:
+    """The recorded keys of this host's environment that are not tuned there, with their recorded dims."""
+    from arbiter.fleet import recorded_problem
+    from arbiter.store.claims import Claims, pending
+
+    env = envmod.environment(target).fingerprint
+    claims = Claims(sql)
+    return [recorded_problem(claims, row["key"], env) for row in pending(sql)
+            if row["env"] == env and row["target"] == target and row["state"] != "failed"]
+
+
 def _claims_store():
     """The registry database claims live in; None when the registry is in memory (nothing to share)."""
     from arbiter.errors import RegistryError
@@ -348,6 +365,7 @@ def _adopt_environment(console, target: str, fingerprint: str, sql) -> None:
 def _tune_claimed(console, st, sql, env, target, todo, runner, steps, mode, recorded, force, watch, poll_s,
                   watch_s, lease_s, budget_s):
     """The claim loop (``arbiter.fleet``): each key claimed with a lease, tuned, committed with its claim done."""
+    import contextlib
     import signal
     import threading
 
@@ -389,6 +407,11 @@ def _tune_claimed(console, st, sql, env, target, todo, runner, steps, mode, reco
             console.print(lit(f"lost {key_id}: {info['why']}", "yellow"))
         elif kind == "skipped":
             console.print(lit(f"skip {key_id}: tuned already"))
+        elif kind == "failed" and info.get("decision") is None and not isinstance(info.get("error"), Exception):
+            console.print(lit(f"failed {key_id}: {info['error']}", "red"))
+        elif kind == "held":
+            steps.say("waiting for " + ", ".join(f"{k} (claimed by {h}, lease ends in {e - time.time():.0f} s)"
+                                                 for k, h, e in info["held"]))
         elif kind == "waiting":
             steps.say(f"no key left to claim under {env.fingerprint}; looking again every {info['poll_s']:g} s")
 
@@ -398,9 +421,11 @@ def _tune_claimed(console, st, sql, env, target, todo, runner, steps, mode, reco
         console.print(lit(f"{signal.Signals(signum).name}: stopping after the current key", "yellow"))
         stop.set()
 
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)} if watch else {}
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)} \
+        if watch else {}
     try:
-        with key_bar(None if recorded else len(todo)) as bar:
+        with fleet.stopping_on_signals() if not watch else contextlib.nullcontext(), \
+                key_bar(None if recorded else len(todo)) as bar:
             outcome = fleet.work(st, claims, env.fingerprint, tune_key, problems={k.id: p for p, _, k in todo},
                                  recorded=recorded, force=force, watch=watch, poll_s=poll_s,
                                  until=min(ends) if ends else None, stop=stop, on_event=event)

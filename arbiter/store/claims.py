@@ -21,6 +21,7 @@ within a lease.
 from __future__ import annotations
 
 import os
+import secrets
 import socket
 import threading
 import time
@@ -40,9 +41,18 @@ class LostClaim(RegistryError):
     """This host's lease ran out and another host took the key over: its result is not committed."""
 
 
+_token: tuple[int, str] | None = None  # (pid, random token) of this process
+
+
 def holder_name() -> str:
-    """``host:pid``: who holds a claim (shown by ``arbiter stats --pending``)."""
-    return f"{socket.gethostname()}:{os.getpid()}"[:128]
+    """``host:pid:token``: who holds a claim (shown by ``arbiter stats --pending``). ``host:pid`` alone is not
+    unique: two containers (PID namespaces) both run a ``worker:1``, and a stalled holder's late result was
+    committed over the live one's (issue 28 item 6). The token is random per process (new in a forked child)."""
+    global _token
+    pid = os.getpid()
+    if _token is None or _token[0] != pid:
+        _token = (pid, secrets.token_hex(6))
+    return f"{socket.gethostname()[:100]}:{pid}:{_token[1]}"
 
 
 def sql_store(store):
@@ -85,8 +95,21 @@ def _reopen_untuned(conn, env: str, keys=None) -> int:
     return conn.execute(stmt.values(state="open", holder="", note="", updated=utcnow())).rowcount
 
 
+MAX_ATTEMPTS = 3  # a key claimed this often whose holders all died or lost it is marked failed, not retried
+
+
 def _claimable(now: float):
-    return or_(ClaimRow.state == "open", and_(ClaimRow.state == "claimed", ClaimRow.expires < now))
+    return and_(or_(ClaimRow.state == "open", and_(ClaimRow.state == "claimed", ClaimRow.expires < now)),
+                ClaimRow.attempts < MAX_ATTEMPTS)
+
+
+def _give_up(conn, env: str, now: float) -> None:
+    """Mark failed the claims of ``env`` whose attempts ran out (a key that kills every host that tunes it,
+    e.g. one too big for the host's memory): without a cap it reopened forever."""
+    conn.execute(update(ClaimRow).where(ClaimRow.env == env, ClaimRow.attempts >= MAX_ATTEMPTS, or_(
+        ClaimRow.state == "open", and_(ClaimRow.state == "claimed", ClaimRow.expires < now))).values(
+        state="failed", holder="", updated=utcnow(),
+        note=f"gave up after {MAX_ATTEMPTS} attempts: each holder died or lost the key before finishing it"))
 
 
 class Claims:
@@ -148,6 +171,7 @@ class Claims:
         keys = None if keys is None else sorted(set(keys))
 
         def write(conn):
+            _give_up(conn, env, time.time())
             while True:
                 now = time.time()
                 pick = select(ClaimRow.id, ClaimRow.key).where(ClaimRow.env == env, _claimable(now))
@@ -191,6 +215,20 @@ class Claims:
                                 f"host's result for it is not committed.")
 
         self.sql.write(write)
+
+    def held(self, env: str, keys=None) -> list[tuple[str, str, float]]:
+        """(key, holder, expires) of ``env``'s claims (among ``keys``) another holder holds under a lease that
+        has not run out: keys a run must wait for (they end done, or their lease lapses and they are claimable)
+        rather than report itself finished."""
+        def read(conn):
+            stmt = select(ClaimRow.key, ClaimRow.holder, ClaimRow.expires).where(
+                ClaimRow.env == env, ClaimRow.state == "claimed", ClaimRow.expires >= time.time(),
+                ClaimRow.holder != self.holder)
+            if keys is not None:
+                stmt = stmt.where(ClaimRow.key.in_(sorted(set(keys))))
+            return [tuple(r) for r in conn.execute(stmt.order_by(ClaimRow.key)).all()]
+
+        return self.sql.transact(read, write=False)
 
     def release(self, key: str, env: str) -> None:
         """Give a claim back unfinished (a host stopping mid-key): open at once, not after the lease."""

@@ -19,6 +19,7 @@ from arbiter.errors import RegistryError
 from arbiter.store.models import Base
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
+_FULL = ("database or disk is full", "no space left on device", "disk full", "could not extend file")
 _UNWRITABLE = ("unable to open database file", "readonly database", "read-only file system",
                "attempt to write a readonly")
 
@@ -154,6 +155,11 @@ def registry_error(exc, where: str, path: str | None, fix: str) -> RegistryError
     detail = str(getattr(exc, "orig", exc))
     if any(s in detail.lower() for s in _UNWRITABLE):
         return UnwritableRegistry(f"{where}: cannot be written ({detail}).")
+    if any(s in detail.lower() for s in _FULL) or str(getattr(getattr(exc, "orig", None), "sqlstate", "")) \
+            .startswith("53"):  # SQLite's SQLITE_FULL; PostgreSQL's class 53, insufficient resources (disk full)
+        return UnwritableRegistry(f"{where}: cannot be written: its disk is full ({detail.strip()}). Free space "
+                                  f"there, or set ARBITER_DB or --db to a registry on another disk.",
+                                  readable=True)
     if path is not None and any(s in detail for s in ("not a database", "malformed", "corrupt")):
         return RegistryError(f"{where}: {detail}. {fix}")
     if path is None and isinstance(exc, OperationalError) and "connect" in detail.lower():

@@ -88,6 +88,42 @@ class ReadOnlyUserStore(LayeredStore):
         return f"<ReadOnlyUserStore memory over {self.system!r}>"
 
 
+class MemoryOverRegistry(LayeredStore):
+    """A writable registry that stopped taking writes while this process ran (its disk filled up, or it was
+    made read-only): new verdicts and solutions stay in memory over it, as for a read-only registry, so calls
+    are still served (issue 28 item 9). Counters still go to the registry: a flush that fails keeps them
+    pending, and what is still pending when the process ends is reported with its number."""
+
+    def __init__(self, registry: Store):
+        super().__init__(MemoryStore(), registry)
+
+    def __repr__(self):
+        return f"<MemoryOverRegistry memory over {self.system!r}>"
+
+    @property
+    def persistent(self):  # type: ignore[override]  # its counters still go to the registry
+        return True
+
+    def add_counts(self, deltas):
+        self.system.add_counts(deltas)
+
+    def counts(self):
+        return self.system.counts()
+
+
+def serve_from_memory(store: Store, why: Exception) -> Store | None:
+    """The store to use once ``store`` refused a write with ``why`` (an ``UnwritableRegistry``: a full disk, a
+    registry made read-only): the same registry read, with new results in memory. None when ``store`` is one
+    already (nothing more to fall back to). One warning per registry."""
+    if isinstance(store, (MemoryOverRegistry, MemoryStore, ReadOnlyUserStore)):
+        return None
+    text = f"kernel-arbiter: {why} New results stay in memory for this process; calls are still served."
+    if text not in _warned:
+        _warned.add(text)
+        warnings.warn(text, RuntimeWarning, stacklevel=3)
+    return MemoryOverRegistry(store)
+
+
 def open_user(where: str) -> Store:
     """The user registry at ``where``. When this process cannot write it (one warning per path, never a crash):
     a registry it can read is still served, read-only, under an in-memory layer that takes this process's new

@@ -117,6 +117,68 @@ def tune_killed_at_solution(db: str) -> None:
     print("not killed", flush=True)
 
 
+def threads_until_signal(db: str, threads: int, counts_file: str) -> None:
+    """``threads`` threads dispatch without pause; each adds one to its slot of ``counts_file`` (int64s) after
+    every call returned, so the test knows how many calls completed. The main thread waits on a lock."""
+    import threading
+
+    open_registry(db)
+    done = np.memmap(counts_file, dtype=np.int64, mode="r+", shape=(threads,))
+    started = threading.Barrier(threads + 1)
+
+    def work(i: int) -> None:
+        region = Softmax(X)
+        arbiter.run_arbitrated("softmax", region)
+        done[i] += 1
+        started.wait()
+        while True:
+            arbiter.run_arbitrated("softmax", region)
+            done[i] += 1
+
+    for i in range(threads):
+        threading.Thread(target=work, args=(i,), daemon=True).start()
+    started.wait()
+    print("ready", flush=True)
+    threading.Event().wait()
+
+
+def signal_to_flusher_thread(db: str, n: int) -> None:
+    """Dispatch ``n`` times, then a helper thread sends SIGTERM to the counter flusher thread (not the main
+    one) while the main thread waits on a lock nobody releases: Python's handler never runs in the main thread.
+    """
+    import threading
+
+    open_registry(db)
+    dispatch(n)
+    [target] = [t for t in threading.enumerate() if t.name == "arbiter-counter-flusher"]
+
+    def send() -> None:
+        time.sleep(0.3)
+        signal.pthread_kill(target.ident, signal.SIGTERM)
+
+    threading.Thread(target=send, daemon=True).start()
+    print("ready", flush=True)
+    held = threading.Lock()
+    held.acquire()
+    held.acquire()  # forever: only the end of the process ends this
+
+
+def signal_inside_transaction(db: str, n: int) -> None:
+    """Dispatch ``n`` times, then the main thread stays inside a registry transaction (it holds the store's
+    lock, which a flush needs) and waits there forever: the signal must still end the process."""
+    import threading
+
+    st = SqlStore(db)
+    arbiter.configure(store=st)
+    dispatch(n)
+
+    def stuck(conn):
+        print("ready", flush=True)
+        threading.Event().wait()
+
+    st.transact(stuck, write=False)
+
+
 if __name__ == "__main__":
     mode, db = sys.argv[1], sys.argv[2]
     n = int(sys.argv[3]) if len(sys.argv) > 3 else 100
@@ -128,6 +190,12 @@ if __name__ == "__main__":
         fork_pool(db, n, terminate=False)
     elif mode == "fork_pool_terminate":
         fork_pool(db, n, terminate=True)
+    elif mode == "threads_until_signal":
+        threads_until_signal(db, n, sys.argv[4])
+    elif mode == "signal_to_flusher_thread":
+        signal_to_flusher_thread(db, n)
+    elif mode == "signal_inside_transaction":
+        signal_inside_transaction(db, n)
     elif mode == "tune_killed_at_solution":
         tune_killed_at_solution(db)
     elif mode in ("rmsnorm", "rmsnorm_strided"):
