@@ -40,6 +40,13 @@ def exp_range(dtype: str) -> float:
     return math.log(FINFO_MAX[dtype])
 
 
+# The special-value families (nonfinite, masked_blocks, huge, subnormal, zero_ends) and the gate's one-element
+# pointer shift are probed on these targets only. On the H200 (2026-12-03) they found NaN-dropping GPU epilogues and
+# made kernels with vector loads fault on a misaligned address, which poisons the CUDA context of the process: the
+# GPU kernels must decline or handle those inputs first, verified on the device, before the GPU gate draws them.
+VERIFIED_ON = ("cpu",)
+
+
 @dataclass(frozen=True)
 class Family:
     """One value family: ``apply(region, rng)`` rewrites a fresh probe region's operands in place."""
@@ -51,6 +58,8 @@ class Family:
     # dtype -> Budget for this family, where the maths needs more room than the op's budget; None: the op's.
     budget: Callable | None = None
     budget_text: str = ""
+    # The targets probed with this family; None: every target. See VERIFIED_ON.
+    targets: tuple[str, ...] | None = None
 
     def budget_for(self, op: str, dtype: str) -> Budget:
         return self.budget(op, dtype) if self.budget is not None else budget_for(op, dtype)
@@ -389,32 +398,33 @@ CATALOGUE: tuple[Family, ...] = (
            "and an Inf bias column and Inf/NaN residual elements (matmul with an epilogue; a NaN row of a without "
            "one), a NaN row of x (gated); catches relu as fmax(x, 0) and other "
            "NaN-dropping shortcuts",
-           _nonfinite),
+           _nonfinite, targets=VERIFIED_ON),
     Family("masked_blocks", ("softmax",),
            "-inf blocks: leading (left padding), trailing, all but the last element, and fully masked rows (NaN: "
            "see Special values); catches an online softmax whose running max starts at -inf without a guard",
-           _masked_blocks),
+           _masked_blocks, targets=VERIFIED_ON),
     Family("huge", ("pointwise",),
            "magnitudes log-uniform from 1e-2 to half the dtype's largest value, both signs: catches exp that "
            "saturates early, and chains that overflow in an intermediate of narrower precision",
-           _huge),
+           _huge, targets=VERIFIED_ON),
     Family("subnormal", ("pointwise", "matmul"),
            "inputs below the smallest normal value (pointwise x; matmul a, with b of unit scale): outputs are "
            "subnormal, so a kernel that flushes them to zero fails",
-           _subnormal),
+           _subnormal, targets=VERIFIED_ON),
     Family("zero_ends", ("softmax", "rmsnorm", "layernorm"),
            "rows whose first and last elements are exactly 0, every third row zero but for one inner element: "
            "catches shortcuts that test a row's ends for an all-zero row",
-           _zero_ends),
+           _zero_ends, targets=VERIFIED_ON),
     Family("structured", ("fft",),
            "constant rows, single impulses, alternating signs: all energy in the zero or Nyquist bin",
            _fft_structured),
 )
 
 
-def families(op: str) -> list[Family]:
-    """Benign first, then the op's adversarial families."""
-    return [BENIGN] + [f for f in CATALOGUE if op in f.ops]
+def families(op: str, target: str | None = None) -> list[Family]:
+    """Benign first, then the op's adversarial families (those probed on ``target``, where given)."""
+    return [BENIGN] + [f for f in CATALOGUE if op in f.ops and (target is None or f.targets is None
+                                                                   or target in f.targets)]
 
 
 # --- runtime scalars ----------------------------------------------------------
@@ -544,7 +554,14 @@ def markdown() -> str:
              "| op | family | values | budget |", "| --- | --- | --- | --- |"]
     for fam in (BENIGN,) + CATALOGUE:
         ops = "(every op)" if fam.ops == ("*",) else ", ".join(fam.ops)
+        if fam.targets is not None:
+            ops += f" (on {', '.join(fam.targets)} only: see below)"
         lines.append(f"| {ops} | {fam.name} | {fam.text} | {fam.budget_text or 'the op budget'} |")
+    lines += ["", f"Families marked 'on {', '.join(VERIFIED_ON)} only', and the one-element pointer shift, "
+              "are not yet drawn on the GPU targets: on the H200 they found NaN-dropping epilogues and made "
+              "kernels with vector loads fault on a misaligned address (a fault that poisons the process's CUDA "
+              "context). The GPU kernels must decline or handle those inputs, verified on the device, before the "
+              "GPU gate draws them."]
     return "\n".join(lines) + "\n"
 
 

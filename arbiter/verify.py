@@ -190,7 +190,7 @@ def probe_plan(region) -> list[Probe]:
     """The probes of one verification, in order (see the module docstring). No family is ever dropped: one that
     does not fit the cost cap at the bucket's low corner runs at a shrunk shape."""
     real = dict(region.dims)
-    fams = probes.families(region.op)
+    fams = probes.families(region.op, region.target)
     plan = [Probe(real, probes.BENIGN, False), Probe(real, fams[1] if len(fams) > 1 else probes.BENIGN, True)]
     corners = corner_shapes(region)
     low = corners[0]
@@ -867,7 +867,8 @@ def verify(candidate: Candidate, params: dict, region) -> Verdict:
         # pointer alignment: 16-byte aligned, then one element off, alternately; a real shape above the cost floor
         # stays aligned (moving its operands would cost a pass over each), the bucket's other probes alternate
         at_real = (dims or probe.dims) == dict(region.dims)
-        shift = index % 2 == 1 and not opaque and not (at_real and _cost(region.dims) > EXTRA_WORK_FLOOR)
+        shift = (index % 2 == 1 and not opaque and region.target in probes.VERIFIED_ON
+                 and not (at_real and _cost(region.dims) > EXTRA_WORK_FLOOR))
         if opaque:  # drawn and kept on the host; the candidate gets a device copy
             host = _draw(pristine_copy_target(region, "cpu"), probe, rng, False, dims, index, caller_layout=False)
             return _on_target(host, region.target), shift, host

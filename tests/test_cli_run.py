@@ -8,6 +8,8 @@ import shlex
 import subprocess
 import sys
 
+import pytest
+
 from arbiter.suite import suite
 
 N = len(suite("quick"))
@@ -19,6 +21,7 @@ def arbiter_cli(*args, cwd):
                           capture_output=True, text=True, timeout=600, cwd=cwd)
 
 
+@pytest.mark.slow
 def test_run_measures_every_key_then_serves_them_from_the_registry(tmp_path):
     db = str(tmp_path / "r.db")
     first = arbiter_cli("--db", db, "run", cwd=tmp_path)
@@ -42,6 +45,7 @@ def test_run_measures_every_key_then_serves_them_from_the_registry(tmp_path):
     assert "(stored)" in second.stdout
 
 
+@pytest.mark.slow
 def test_strict_lists_every_missing_key_and_the_command_that_fills_them(tmp_path):
     db = str(tmp_path / "r.db")
     # The README's sequence: a two-shape tune, then the strict main job.

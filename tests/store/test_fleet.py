@@ -14,6 +14,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.store import _fleet
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -45,6 +47,7 @@ def _wait_for(what, predicate, timeout):
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
+@pytest.mark.slow
 def test_six_hosts_of_two_classes_tune_each_recorded_key_once_and_take_over_a_dead_hosts_key(backend, tmp_path):
     from arbiter.store.sql import SqlStore
 

@@ -60,6 +60,7 @@ def test_a_v3_or_v4_registry_is_upgraded_to_v5_with_an_empty_claims_table(backen
     assert again.integrity_check() == []
 
 
+@pytest.mark.slow
 def test_a_host_tunes_only_its_environments_recorded_keys_unless_it_states_another_then_publishes(backend, tmp_path):
     db = backend.new()
     SqlStore(db).close()

@@ -9,11 +9,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from arbiter.store.sql import SqlStore
 from tests.store import _workers
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKERS = str(Path(_workers.__file__))
+
+pytestmark = pytest.mark.slow  # a long multi-process load test: `.ci/run`'s slow step runs it (pytest -m slow)
 
 
 def _env():
