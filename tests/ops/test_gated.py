@@ -19,7 +19,7 @@ def test_region_errors_name_the_argument(rng):
         Gated(x, w, w[:, :5])
     with pytest.raises(RegionError, match="^w_up: dtype"):
         Gated(x, w, w.astype(np.float64))
-    with pytest.raises(RegionError, match="^x: must be 2-D"):
+    with pytest.raises(RegionError, match=r"^x: must be \[M, K\] or \[\.\.\., M, K\]"):
         Gated(x[0], w, w)
 
 

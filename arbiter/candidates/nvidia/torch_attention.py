@@ -20,9 +20,10 @@ class TorchAttention(TorchCandidate):
         if 0 in region.output_shape():
             return region.alloc_out()
         q, k, v = tensor(region, "q"), tensor(region, "k"), tensor(region, "v")
-        if region.causal and region.scale == 0:
-            # SDPA's causal mask times a zero scale is -inf * 0 = NaN in every row (torch 2.13 on the CPU; the gate's
-            # scale=0 sentinel found it): the same top-left mask as a boolean attn_mask is right.
+        if region.causal and region.scale is not None and region.scale <= 0:
+            # SDPA's causal mask is scaled with the scores: -inf * 0 = NaN, -inf * (a negative scale) = +inf, NaN
+            # rows either way (torch 2.13 on the CPU; the gate's scalar sentinels found it). The same top-left mask
+            # as a boolean attn_mask is applied after the scale: right for every scale.
             import torch
 
             mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril()
