@@ -68,7 +68,10 @@ def _existing() -> None:
 
     path = sqlite_path(to_url(_where()))
     if path is not None and not os.path.exists(path):
-        error(f"{path}: no registry here (no such file); `arbiter run` or `arbiter tune` creates one, and "
+        folder = os.path.dirname(os.path.abspath(path))
+        where = (f"its folder {folder} does not exist (create it first, e.g. `mkdir -p {folder}`)"
+                 if not os.path.isdir(folder) else "no such file")
+        error(f"{path}: no registry here ({where}); `arbiter run` or `arbiter tune` creates one, and "
               f"--db/ARBITER_DB names another")
         raise typer.Exit(1)
 
