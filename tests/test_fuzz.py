@@ -143,7 +143,7 @@ def bad_matmul(draw):
         ok["residual"] = np.ones((m + 1, n), np.float32)
         return ok, "residual"
     if flaw == "rank":
-        ok["a"] = np.ones((1, m, k), np.float32)
+        ok["a"] = np.ones((m, k), np.float32)[0]  # 1-D (a 3-D a is a batch of rows: N-D inputs are accepted)
         return ok, "a"
     if flaw == "int":
         ok["a"] = np.ones((m, k), np.int64)
