@@ -32,7 +32,9 @@ def test_run_measures_every_key_then_serves_them_from_the_registry(tmp_path):
     assert decided == total == N and verdicts >= N and timings >= N  # every key gated and timed
     for header in ("winner", "how chosen", "margin", "over", "gate failed"):
         assert header in first.stdout
-    assert "measured" in first.stdout and "tier default: not separated" in first.stdout
+    # how each key was chosen: which keys separate (measured) and which do not (tier default: not separated)
+    # depends on the machine's load, so only that every key says one of them is asserted
+    assert len(re.findall(r"\bmeasured\b|tier default: ", first.stdout)) >= N, first.stdout
     assert len(re.findall(r"\b\d+ of \d+\b", first.stdout)) >= N  # a gate count on every key's row
     # A measured winner's margin says it is faster than the solution named beside it (and the spread follows).
     for row in first.stdout.splitlines():
