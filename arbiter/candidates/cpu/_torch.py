@@ -79,5 +79,9 @@ class TorchOnCpu:
             torch.set_num_threads(was)
 
     def applies_to(self, region):
+        if "residual" in dict(region.attrs).get("inplace", "").split("+"):
+            # out= is the residual: torch's out= GEMMs write the product over it before adding it (2x the
+            # product, the gate's in-place probe); numpy_matmul serves the in-place residual add
+            return "out= is the residual (in-place residual add): torch's out= GEMM overwrites it first"
         ok = views_reason(region)
         return super().applies_to(region) if ok is True else ok  # type: ignore[misc]  # the candidate's own
