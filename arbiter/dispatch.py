@@ -40,7 +40,7 @@ from arbiter import audit as _audit
 from arbiter import env as envmod
 from arbiter import regions, select, targets
 from arbiter.candidates import REGISTRY, Fallback, run_for_torch
-from arbiter.errors import CaptureMissError, RegionError, RegistryError, StrictMissError
+from arbiter.errors import CaptureMissError, RegionError, StrictMissError, UnwritableRegistry
 from arbiter.ladder import nearest_winners
 from arbiter.ops import op_kind
 from arbiter.region_memo import builder_for, operand_signature
@@ -472,14 +472,10 @@ def _miss(region, policy):
         flusher.wait_for_end()
     try:
         return _decide_miss(region, policy)
-    except RegistryError as exc:
-        # SQLAlchemy is imported only once a registry refused a write, not by `import arbiter`
-        from arbiter.store.diagnostics import UnwritableRegistry
-        from arbiter.store.layered import serve_from_memory
+    except UnwritableRegistry as exc:  # its disk filled up (or it became read-only) since it was opened
+        from arbiter.store.layered import serve_from_memory  # SQLAlchemy: only once a registry refused a write
 
-        if not isinstance(exc, UnwritableRegistry):
-            raise
-        with _state.lock:  # its disk filled up (or it became read-only) since it was opened
+        with _state.lock:
             fallback = None if _state.store is None else serve_from_memory(_state.store, exc)
             if fallback is None:
                 raise

@@ -66,6 +66,16 @@ class RegistryError(ArbiterError, RuntimeError):
     """The persistent registry cannot be used; the message names the file and the fix."""
 
 
+class UnwritableRegistry(RegistryError):
+    """The registry path cannot be written (``open_default`` degrades on this one). ``readable``: the file
+    exists and this process may read it (it is then served read-only). Here, not in ``store.diagnostics``, so that
+    dispatch can catch it without importing SQLAlchemy."""
+
+    def __init__(self, message: str, readable: bool = False):
+        super().__init__(message)
+        self.readable = readable
+
+
 class WorkersDied(ArbiterError, RuntimeError):
     """``tune --workers``: the worker processes keep dying (or one reported it cannot start); the message
     says how many were started and how to see why."""

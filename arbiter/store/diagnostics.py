@@ -15,22 +15,13 @@ from sqlalchemy import UniqueConstraint, inspect
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import OperationalError
 
-from arbiter.errors import RegistryError
+from arbiter.errors import RegistryError, UnwritableRegistry
 from arbiter.store.models import Base
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 _FULL = ("database or disk is full", "no space left on device", "disk full", "could not extend file")
 _UNWRITABLE = ("unable to open database file", "readonly database", "read-only file system",
                "attempt to write a readonly")
-
-
-class UnwritableRegistry(RegistryError):
-    """The registry path cannot be written (``open_default`` degrades on this one). ``readable``: the file
-    exists and this process may read it (it is then served read-only)."""
-
-    def __init__(self, message: str, readable: bool = False):
-        super().__init__(message)
-        self.readable = readable
 
 
 class UntrustedRegistry(UnwritableRegistry):
