@@ -7,6 +7,11 @@ arguments ``t0, t1, ...`` and scalar operands ``s0, s1, ...`` (runtime values: o
 every scalar). The kernel's identity is the content hash of its source; sources are written to
 the synth cache directory (``arbiter.synth.cpu.cache_dir``) and imported from there so that numba's
 disk cache keeps their machine code across processes.
+
+The chain is carried in float64 whatever the dtype, as the oracle computes it: a float32 chain overflows in an
+intermediate where the oracle does not (``mul`` by a large value, then ``silu`` gives ``-inf / inf = NaN`` where
+the oracle's float64 gives -0; the gate's ``huge`` family probes it). In registers it costs no memory traffic:
+each element is still read once and written once (rounded once, at the store).
 """
 from __future__ import annotations
 
@@ -17,7 +22,7 @@ DTYPES = ("float32", "float64")
 TEMPLATE = '''\
 # Synthesized by arbiter.synth.pointwise from the chain below; regenerated, never edited.
 # chain: {chain}
-# dtype: {dtype}
+# dtype: {dtype}, parallel: {parallel}
 import math
 
 import numpy as np
@@ -25,19 +30,19 @@ from numba import prange
 
 from arbiter.targets.numba_cache import njit  # cached in the private folder only
 
-T = np.{dtype}
+T = np.float64  # the chain's working type, whatever {dtype} is: see the module's docstring
 
 
-@njit(parallel=True, cache=True, fastmath={{"contract"}})
+@njit(parallel={parallel}, cache=True, fastmath={{"contract"}})
 def kernel(x, out{params}):
-    """out[i] = chain(x[i]) over 1-D C-contiguous arrays of one dtype."""
-    for i in prange(x.shape[0]):
-        v = x[i]
+    """out[i] = chain(x[i]) over 1-D C-contiguous arrays of one dtype, carried in float64 registers."""
+    for i in {loop}(x.shape[0]):
+        v = T(x[i])
 {body}
         out[i] = v
 '''
 
-# Each unary step as an expression in v; literals are T(...) so float32 chains stay float32.
+# Each unary step as an expression in v; literals are T(...), the working type.
 UNARY = {
     "neg": "-v",
     "abs": "abs(v)",
@@ -56,9 +61,10 @@ BINARY = {"add": "v + {r}", "sub": "v - {r}", "mul": "v * {r}", "max": "max(v, {
           "min": "min(v, {r}) if {r} == {r} else {r}"}
 
 
-def source(steps, dtype: str) -> str:
+def source(steps, dtype: str, parallel: bool = True) -> str:
     """The kernel source for ``steps`` (a ``Pointwise`` region's ``ops``: (name, operand) pairs, the operand
-    None, a float, or an array) in ``dtype``. Raises ValueError for a dtype numba cannot compute."""
+    None, a float, or an array) in ``dtype``, split across threads (``prange``) when ``parallel``. Raises
+    ValueError for a dtype numba cannot compute."""
     if dtype not in DTYPES:
         raise ValueError(f"dtype: {dtype} is not one of {', '.join(DTYPES)} (numba has no other CPU floats)")
     lines, params, tensors, scalars, chain = [], [], 0, 0, []
@@ -72,8 +78,8 @@ def source(steps, dtype: str) -> str:
             scalars += 1
             chain.append(f"{name}[s]")
         else:
-            arg = read = f"t{tensors}"
-            read += "[i]"
+            arg = f"t{tensors}"
+            read = f"T({arg}[i])"
             tensors += 1
             chain.append(f"{name}[t]")
         params.append(arg)
@@ -81,8 +87,8 @@ def source(steps, dtype: str) -> str:
     # Arguments: every tensor, then every scalar, each in chain order (what ``arguments`` passes).
     params.sort(key=lambda p: (p[0] != "t", int(p[1:])))
     body = "\n".join(" " * 8 + line for line in lines) or " " * 8 + "pass  # copy"
-    return TEMPLATE.format(chain=">".join(chain) or "copy", dtype=dtype, body=body,
-                           params="".join(f", {p}" for p in params))
+    return TEMPLATE.format(chain=">".join(chain) or "copy", dtype=dtype, body=body, parallel=bool(parallel),
+                           loop="prange" if parallel else "range", params="".join(f", {p}" for p in params))
 
 
 def arguments(region) -> tuple:
@@ -93,6 +99,6 @@ def arguments(region) -> tuple:
 _kernels: dict[str, SynthKernel] = {}
 
 
-def kernel(steps, dtype: str) -> SynthKernel:
+def kernel(steps, dtype: str, parallel: bool = True) -> SynthKernel:
     """The compiled kernel for ``steps`` in ``dtype``: generated, written and imported once per content hash."""
-    return load_source(source(steps, dtype), "pw", "arbiter_synth_pointwise", _kernels)
+    return load_source(source(steps, dtype, parallel), "pw", "arbiter_synth_pointwise", _kernels)

@@ -43,7 +43,7 @@ def test_synthesized_source_is_readable_with_a_content_hash_identity(rng):
     x, y = rng.standard_normal((2, 8)).astype(np.float32)
     a = Pointwise(x, [("mul", y), ("add", 1.0), ("relu",), ("tanh",)])
     text = REGISTRY.get("synth_pointwise_fused", "cpu", "pointwise").source_for(a)
-    assert "v = v * t0[i]  # mul[t]" in text and "v = math.tanh(v)  # tanh" in text
+    assert "v = v * T(t0[i])  # mul[t]" in text and "v = math.tanh(v)  # tanh" in text
     assert "def kernel(x, out, t0, s0):" in text
     same_structure = Pointwise(x, [("mul", x), ("add", -3.0), ("relu",), ("tanh",)])
     assert pointwise.source(same_structure.ops, "float32") == text  # scalars are arguments, not constants

@@ -3,6 +3,9 @@
 The generator is ``arbiter.synth.pointwise``; each chain structure and dtype gets its own kernel
 (identified by the content hash of its source; ``source_for(region)`` shows it). The candidate's
 code identity is the generator's, so a changed generator is verified again.
+
+Parameter (solution index): ``parallel``, whether the pass is split across threads (``prange``): a short chain
+costs less than waking the pool, a long one is memory-bound and gains from both cores; measurement decides.
 """
 from __future__ import annotations
 
@@ -30,18 +33,21 @@ class SynthPointwise(SerialLaunches, Candidate):
             return f"layout {region.layout}: the kernel walks flat C-contiguous operands; needs all R"
         return True
 
+    def param_space(self):
+        return [{"parallel": True}, {"parallel": False}]
+
     def run(self, region, params):
         out = region.alloc_out()
         if out.size:
-            k = pointwise.kernel(region.ops, region.dtype)
+            k = pointwise.kernel(region.ops, region.dtype, params.get("parallel", True))
             args = (region.x.reshape(-1), out.reshape(-1)) + pointwise.arguments(region)
             k.ensure(region.chain, args)
             k.fn(*args)
         return out
 
-    def source_for(self, region) -> str:
+    def source_for(self, region, params=None) -> str:
         """The generated kernel for ``region``'s chain (what ``arbiter explain --source`` prints)."""
-        return pointwise.source(region.ops, region.dtype)
+        return pointwise.source(region.ops, region.dtype, (params or {}).get("parallel", True))
 
     def source(self):
         return inspect.getsource(type(self)) + inspect.getsource(pointwise)

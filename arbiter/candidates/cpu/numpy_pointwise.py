@@ -1,13 +1,15 @@
 """Vendor pointwise chains on the CPU: one NumPy ufunc pass per step, in place on one working buffer.
 
-Half-precision inputs are worked in float32 and rounded once at the end.
+Every float type is worked in one float64 buffer and rounded once at the end, as the oracle computes: a float32
+chain overflows in an intermediate where the oracle does not (``mul`` by a large value, then ``silu``: ``-inf / inf
+= NaN`` where the oracle gives -0; the gate's ``huge`` family probes it).
 """
 from __future__ import annotations
 
 import numpy as np
 
 from arbiter.candidates import Candidate, Tier, register
-from arbiter.candidates.cpu._common import SQRT_2_OVER_PI, accumulate_dtype
+from arbiter.candidates.cpu._common import SQRT_2_OVER_PI
 
 
 # exp(-v) overflows to inf for very negative v, and sigmoid and silu are then 0, as they should be: no warning.
@@ -52,8 +54,7 @@ class NumpyPointwise(Candidate):
 
     def run(self, region, params):
         out = region.alloc_out()
-        acc = accumulate_dtype(out.dtype)
-        v = out if acc == out.dtype else np.empty(out.shape, acc)
+        v = out if out.dtype == np.float64 else np.empty(out.shape, np.float64)
         np.copyto(v, region.x, casting="unsafe")
         for name, operand in region.ops:
             if operand is None:
