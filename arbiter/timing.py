@@ -37,6 +37,7 @@ How (DESIGN.md contract 3):
 from __future__ import annotations
 
 import math
+import random
 import time
 from dataclasses import dataclass
 
@@ -233,8 +234,9 @@ def rounds_measurement(samples, warmup_s: float = 0.0) -> Measurement:
 
 def interleaved_rounds(sides: list[list], *, estimate_s: float, time_cap_s: float = 1.0,
                        rounds: tuple[int, int] = PAIR_ROUNDS, enough=None) -> list[list[float]]:
-    """Time several solutions' calls (``solution_calls``) in interleaved rounds on the CPU, the order rotated each
-    round (``A B C``, ``B C A``, ...); per side, the per-call seconds of each round's sample.
+    """Time several solutions' calls (``solution_calls``) in interleaved rounds on the CPU (two alternate, ``A B``,
+    ``B A``; three or more in a fresh seeded order each round); per side, the per-call seconds of each round's
+    sample.
 
     Each sample runs ``ceil(PAIR_SAMPLE_S / estimate_s)`` calls back to back after one untimed call, so the
     switch from the other solution (its threads still spinning, its data in the cache) is not counted.
@@ -257,9 +259,13 @@ def interleaved_rounds(sides: list[list], *, estimate_s: float, time_cap_s: floa
         return (time.perf_counter_ns() - t0) * 1e-9 / n
 
     start = time.perf_counter()
+    shuffle = random.Random(k).sample  # seeded: a run's orders repeat
     for r in range(rounds[1]):
-        for i in range(k):
-            side = (r + i) % k
+        # Two sides alternate (A B, B A: each follows the other equally). Three or more take a fresh order each
+        # round: a rotation always puts the same side before each one, and that side's pool may still be spinning
+        # (numba's or OpenBLAS's threads after its calls), a bias that would fall on one side every round.
+        order = [(r + i) % k for i in range(k)] if k <= 2 else shuffle(range(k), k)
+        for side in order:
             samples[side].append(sample(side))
         if r + 1 < rounds[0]:
             continue

@@ -13,7 +13,8 @@ process and one run:
   built once): **regret** = the tuned pick's time / the fastest gated solution's.
 
 The contestants of a phase (default: numpy, torch, default; tuned: numpy, torch, tuned, each gated solution) are
-timed in interleaved rounds, the order rotated each round; each sample is one untimed call (the switch from the
+timed in interleaved rounds, in a fresh random order each round (a rotation always put the same contestant before
+another, and its thread pool may still spin); each sample is one untimed call (the switch from the
 previous contestant) and then calls back to back for about 0.5 ms, per call. Medians and spreads ((p80 - p20) /
 median) per contestant; ratios ``numpy / default`` and ``torch / tuned`` above 1 mean the arbiter is faster.
 The load average (``os.getloadavg``) is printed beside the figures: the box may be shared.
@@ -181,9 +182,13 @@ def interleaved(contestants: dict, rounds: int, cap_s: float) -> dict:
         per[name] = max(1, math.ceil(SAMPLE_S / max((time.perf_counter() - t0) / 2, 1e-9)))
     samples: dict = {n: [] for n in names}
     deadline = time.perf_counter() + cap_s
+    order = np.random.default_rng(len(names))  # fixed seed: the same orders every run
     for r in range(rounds):
-        for i in range(len(names)):
-            name = names[(r + i) % len(names)]
+        # A fresh order each round, so each contestant follows every other about equally often: a rotation
+        # always puts the same one before it, whose pool may still spin (torch's OpenMP threads after a torch
+        # call), a bias that the shuffle spreads over all
+        for i in order.permutation(len(names)):
+            name = names[i]
             fn, n = contestants[name], per[name]
             fn()  # untimed: the switch from the previous contestant
             t0 = time.perf_counter_ns()
