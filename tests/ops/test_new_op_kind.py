@@ -60,7 +60,7 @@ def _nan_rows(region, rng):
 ROWSUM = OpKind(
     "rowsum", RowSum, rowsum_oracle,
     families=(Family("nan_rows", ("rowsum",), "a NaN in every other row (the row's sum is NaN)", _nan_rows),),
-    suite=(({"rows": 64, "cols": 1000}, "float32", {}),),
+    suite=(({"rows": 16, "cols": 200}, "float32", {}),),
     work=lambda dims, dtype: (4.0 * dims["rows"] * dims["cols"], "B") if {"rows", "cols"} <= dims.keys() else None,
     work_text="bytes of x read",
 )
@@ -104,7 +104,7 @@ def test_a_new_op_kind_is_gated_tuned_served_and_reported(rowsum_op, tmp_path):
     assert op_kind("rowsum") is ROWSUM and [f.name for f in probes.families("rowsum")] == ["benign", "nan_rows"]
     [(dims, dtype, attrs)] = ROWSUM.suite
     region = Problem("rowsum", dims, dtype, attrs).region()
-    assert region.key.id == "cpu:rowsum:float32:R:-:rows64,cols1024"
+    assert region.key.id == "cpu:rowsum:float32:R:-:rows16,cols256"
 
     # gated: the NaN-dropping candidate passes benign data and fails the op's own family
     decision = arbiter.arbitrate("rowsum", region)
@@ -135,7 +135,7 @@ def test_a_new_op_kind_is_gated_tuned_served_and_reported(rowsum_op, tmp_path):
     [key] = section.keys
     assert key.winner == tuned.winner.candidate.name and [r.solution.label for r in key.rejected] == ["nansum_rowsum"]
     assert "cpu · rowsum · float32" in render(report)
-    assert work("rowsum", dims, dtype) == (4.0 * 64 * 1000, "B")
+    assert work("rowsum", dims, dtype) == (4.0 * 16 * 200, "B")
 
 
 def test_an_unregistered_op_kind_leaves_the_catalogue_as_published(rowsum_op):
