@@ -6,7 +6,8 @@ that": a softmax without max-subtraction (overflows on large logits), a norm tha
 (divides by zero on near-constant rows), a one-pass variance ``E[x^2] - E[x]^2`` (cancels on rows
 with a large common offset), half-precision accumulation (overflows on large values), a tanh
 from ``exp(2x)`` (inf/inf on wide inputs). Each family here draws the values that break one such
-corner, and the gate probes every family of the op (``families(op)``) with fresh data.
+corner, and the gate probes every family of the op (``families(op)``) with fresh data. The families are the op
+kinds' (``OpKind.families``, defined in ``arbiter/ops/<op>/``); this module gathers and publishes them.
 
 A family rewrites a freshly drawn probe region's operands in place (array-module generic: NumPy
 on the host, CuPy on a GPU) and may carry its own budget where the mathematics demands it (a
@@ -21,410 +22,48 @@ gated with fails (see docs/architecture.md, "Runtime scalars are varied, not key
 """
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
-from dataclasses import dataclass
-
-import numpy as np
-
-from arbiter import targets
-from arbiter.oracles import budgets
-from arbiter.oracles.budgets import Budget, budget_for
-
-FINFO_MAX = {"float16": 65504.0, "bfloat16": 3.3895e38, "float32": 3.4028e38, "float64": 1.7976e308,
-              "complex64": 3.4028e38, "complex128": 1.7976e308}
-
-
-def exp_range(dtype: str) -> float:
-    """ln(largest finite value): exp(x) overflows ``dtype`` beyond it (88.7 for float32, 11.1 for float16)."""
-    return math.log(FINFO_MAX[dtype])
-
-
-# The special-value families (nonfinite, masked_blocks, huge, subnormal, zero_ends) and the gate's one-element
-# pointer shift are probed on these targets only. On the H200 (2026-12-03) they found NaN-dropping GPU epilogues and
-# made kernels with vector loads fault on a misaligned address, which poisons the CUDA context of the process: the
-# GPU kernels must decline or handle those inputs first, verified on the device, before the GPU gate draws them.
-VERIFIED_ON = ("cpu",)
-
-
-@dataclass(frozen=True)
-class Family:
-    """One value family: ``apply(region, rng)`` rewrites a fresh probe region's operands in place."""
-
-    name: str
-    ops: tuple[str, ...]
-    text: str  # what it draws and which corner it catches (published)
-    apply: Callable
-    # dtype -> Budget for this family, where the maths needs more room than the op's budget; None: the op's.
-    budget: Callable | None = None
-    budget_text: str = ""
-    # The targets probed with this family; None: every target. See VERIFIED_ON.
-    targets: tuple[str, ...] | None = None
-
-    def budget_for(self, op: str, dtype: str) -> Budget:
-        return self.budget(op, dtype) if self.budget is not None else budget_for(op, dtype)
-
-
-def _host_rng_array(region, shape, values):
-    """``values`` (a host float64 array) as an array of ``region``'s dtype on its target."""
-    return targets.get(region.target).from_host(np.asarray(values, dtype=np.float64).reshape(shape), region.dtype)
-
-
-# --- softmax ----------------------------------------------------------------
-def _softmax_large_logits(region, rng):
-    """Rows offset by up to +-1.5 x the dtype's exp range, spread up to 1/8 of it."""
-    x = region.x
-    rows_axis = 0 if region.axis_last else 1
-    n_rows = x.shape[rows_axis]
-    lim = exp_range(region.dtype)
-    offsets = rng.uniform(-1.5 * lim, 1.5 * lim, n_rows)
-    offsets[: min(n_rows, 2)] = (1.5 * lim, -1.5 * lim)[: min(n_rows, 2)]  # both signs always present
-    shape = (n_rows, 1) if region.axis_last else (1, n_rows)
-    x *= lim / 16.0  # benign x has std 2: spread ~ lim / 8
-    x += _host_rng_array(region, shape, offsets)
-
-
-def _softmax_constant_rows(region, rng):
-    """Equal values along the axis (zeros, a large constant): the answer is exactly 1/cols."""
-    x = region.x
-    rows_axis = 0 if region.axis_last else 1
-    n_rows = x.shape[rows_axis]
-    lim = exp_range(region.dtype)
-    values = rng.choice([0.0, 1.5 * lim, -1.5 * lim, 1e-3], n_rows)
-    shape = (n_rows, 1) if region.axis_last else (1, n_rows)
-    x *= 0
-    x += _host_rng_array(region, shape, values)
-
-
-def _softmax_masked(region, rng):
-    """-inf entries (attention-style masks), at least one finite entry per row."""
-    x = region.x
-    if x.size == 0:
-        return
-    host = np.asarray(targets.get(region.target).to_host(x), dtype=np.float64)
-    hx = host if region.axis_last else host.T
-    mask = rng.random(hx.shape) < 0.5
-    mask[np.arange(hx.shape[0]), rng.integers(0, hx.shape[1], hx.shape[0])] = False
-    hx[mask] = -np.inf
-    x[...] = targets.get(region.target).from_host(host, region.dtype)
-
-
-# --- rmsnorm / layernorm -----------------------------------------------------
-def _row_offsets(region, values):
-    return targets.get(region.target).from_host(np.asarray(values, dtype=np.float64)[:, None], region.dtype)
-
-
-def _eps_dominated(region, rng):
-    """Rows whose mean square is near ``eps`` (so eps matters), some exactly zero or constant."""
-    x = region.x
-    rows = x.shape[0]
-    # Squares below the accumulator's normal range (about 1e-31 in float32) lose their digits, so a caller's
-    # eps near the denormals (1.4e-45 in float32) would make this a test of underflow, not of eps: such an
-    # eps is negligible beside any representable mean square, and the rows keep a representable one.
-    acc = np.finfo(np.float64 if np.dtype(region.dtype).itemsize > 4 else np.float32)
-    unit = max(math.sqrt(region.eps), math.sqrt(float(acc.tiny) / float(acc.eps)))
-    scale = unit * rng.choice([0.0, 0.1, 0.5, 1.0, 2.0], rows)
-    scale[: min(rows, 1)] = 0.0  # an all-zero (or, for layernorm, exactly constant) row
-    x *= _row_offsets(region, scale / 2.0)  # benign rows have std 2
-    if region.op == "layernorm":  # exactly constant rows (zero variance: the answer is bias); small integers
-        # keep every summation order exact, so a correct kernel's mean is exactly the constant
-        x += _row_offsets(region, np.where(scale == 0.0, rng.integers(-3, 4, rows), 0).astype(np.float64))
-
-
-OFFSET, SPREAD = 300.0, 0.1
-
-
-def _large_offset(region, rng):
-    """Rows of spread 0.1 shifted by +300 (and -300): a one-pass variance E[x^2] - E[x]^2 cancels here."""
-    x = region.x
-    rows = x.shape[0]
-    x *= SPREAD / 2.0  # benign rows have std 2
-    sign = np.where(rng.random(rows) < 0.5, -1.0, 1.0)
-    sign[0] = 1.0
-    x += _row_offsets(region, OFFSET * sign - (3.0 if region.op == "layernorm" else 0.0))
-
-
-def _large_magnitude(region, rng):
-    """Values whose squares overflow half precision (or come near float32's range): accumulate wider."""
-    x = region.x
-    cols = x.shape[-1]
-    big = min(2.0 * math.sqrt(FINFO_MAX[region.dtype]), math.sqrt(FINFO_MAX["float32"] / max(cols, 1)) / 16.0)
-    big = min(big, FINFO_MAX[region.dtype] / 64.0)
-    x *= big / 2.0
-
-
-def _offset_budget(op, dtype):
-    if op != "layernorm":  # x / rms(x) has no cancellation: the op's budget holds
-        return budget_for(op, dtype)
-    # Conditioning of (x - mean) / std with |x| ~ 300, std ~ 0.1: rounding is amplified |x| / std = 3000-fold.
-    # A one-pass variance is off by ~ulp * (|x| / std)^2 instead: 0.5 relative in float32, 3e-8 x 3000 over this.
-    b = budget_for(op, dtype)
-    f = OFFSET / SPREAD
-    return Budget(rel_fro=min(b.rel_fro * f, 1e-1), atol=min(b.atol * f, 1.0), rtol=min(b.rtol * f, 1.0))
-
-
-# --- attention ---------------------------------------------------------------
-def _attention_large_logits(region, rng):
-    """q and k scaled so scores reach +-1.5 x the exp range: softmax without max-subtraction overflows."""
-    lim = exp_range(region.dtype)
-    d = region.q.shape[-1]
-    # benign q, k are standard normal: score std = scale * sqrt(d); target std ~ lim / 2.
-    target_std = lim / 2.0
-    factor = math.sqrt(target_std / max(abs(region.scale) * math.sqrt(max(d, 1)), 1e-30))
-    region.q *= factor
-    region.k *= factor
-    region.k[..., : min(region.k.shape[2], 1), :] *= 3.0  # one key far above the rest: an extreme max
-
-
-def _logits_budget(op, dtype):
-    # Scores near the exp range carry absolute rounding error ~ ulp * |score|: relative to a centred
-    # softmax that is ~ lim times more, so this family gets lim x the op's budget.
-    b = budget_for(op, dtype)
-    f = exp_range(dtype)
-    return Budget(rel_fro=min(b.rel_fro * f, 1e-1), atol=min(b.atol * f, 1.0), rtol=min(b.rtol * f, 1.0))
-
-
-# --- matmul / gated ------------------------------------------------------------
-def _mixed_rows(region, rng):
-    """Rows of the left operand scaled by 10^U(-3, 3), some exactly zero: magnitudes and signs mixed."""
-    a = region.a if region.op == "matmul" else region.x
-    rows = a.shape[0]
-    scale = 10.0 ** rng.uniform(-3, 3, rows)
-    scale *= np.where(rng.random(rows) < 0.5, -1.0, 1.0)
-    scale[rng.random(rows) < 0.1] = 0.0
-    if region.dtype in ("float16", "bfloat16"):
-        scale = np.clip(scale, -8.0, 8.0)  # stays far from half precision's range
-    a *= _row_offsets(region, scale)
-
-
-def _tiny(region, rng):
-    """Small but normal values (outputs ~1e-3 of the dtype's normal range above its smallest normal)."""
-    a = region.a if region.op == "matmul" else region.x
-    factor = {"float16": 2.0 ** -6, "bfloat16": 1e-18, "float32": 1e-18, "float64": 1e-150}[region.dtype]
-    if region.op == "gated":  # its output is a product of two projections of x: quadratic in the factor, and
-        factor = math.sqrt(factor)  # with the full one it would fall to the denormals that GPUs flush to zero
-    a *= factor
-
-
-# --- pointwise ---------------------------------------------------------------
-def _pointwise_wide(region, rng):
-    """Inputs spread over +-0.45 x the exp range with exact zeros: a tanh or sigmoid built from exp(2x)
-    overflows to inf/inf there."""
-    lim = 0.45 * exp_range(region.dtype)
-    for arr in [region.x] + region.tensors():
-        arr *= lim / 3.0
-        flat = arr.reshape(-1) if arr.flags.c_contiguous else None
-        if flat is not None and flat.size:
-            flat[:: 7] = 0
-
-
-# --- fft ----------------------------------------------------------------------
-def _fft_structured(region, rng):
-    """Constant rows, single impulses and alternating signs: all energy in one bin (zero, Nyquist)."""
-    x = region.x
-    host = np.asarray(targets.get(region.target).to_host(x)).copy()
-    rows, n = host.shape
-    for r in range(rows):
-        kind = r % 3
-        row = np.zeros(n, dtype=host.dtype)
-        if kind == 0:
-            row[:] = 1.0
-        elif kind == 1:
-            row[rng.integers(0, n)] = 1.0
-        else:
-            row[:] = np.where(np.arange(n) % 2 == 0, 1.0, -1.0)
-        host[r] = row
-    x[...] = targets.get(region.target).from_host(host, region.dtype)
-
-
-# --- special values (issue 25) ---------------------------------------------------------------------------
-def _host_rows(region):
-    """(host float64 copy of x, its rows-first view): what the row families rewrite before writing back."""
-    host = np.asarray(targets.get(region.target).to_host(region.x), dtype=np.float64).copy()
-    return host, (host if getattr(region, "axis_last", True) else host.T)
-
-
-def _write_x(region, host):
-    region.x[...] = targets.get(region.target).from_host(host, region.dtype)
-
-
-def _poke(region, array, index, value):
-    """``array[index] = value`` on any target (a host round trip of one array: probes are small or rare)."""
-    host = np.asarray(targets.get(region.target).to_host(array), dtype=np.float64).copy()
-    host[index] = value
-    array[...] = targets.get(region.target).from_host(host, region.dtype)
-
-
-def _nonfinite(region, rng):
-    """NaN, +Inf and -Inf placed where the op's oracle propagates them (see docs/budgets.md, "Special values")."""
-    op = region.op
-    if op in ("softmax", "rmsnorm", "layernorm"):
-        host, rows = _host_rows(region)
-        n, cols = rows.shape
-        picks = rng.permutation(n)[:3]
-        for r, value in zip(picks, (np.nan, np.inf, -np.inf)):
-            rows[r, rng.integers(0, cols)] = value
-        _write_x(region, host)
-    elif op == "pointwise":
-        for arr in [region.x] + region.tensors():
-            host = np.asarray(targets.get(region.target).to_host(arr), dtype=np.float64).copy().reshape(-1)
-            spots = rng.permutation(host.size)[: max(1, host.size // 16)]
-            host[spots] = rng.choice([np.nan, np.inf, -np.inf], spots.size)
-            arr[...] = targets.get(region.target).from_host(host.reshape(arr.shape), region.dtype)
-    elif op == "matmul":
-        if region.bias is not None:  # a NaN column and a +Inf column through the activation
-            n = region.bias.shape[0]
-            _poke(region, region.bias, rng.integers(0, n), np.nan)
-            _poke(region, region.bias, rng.integers(0, n), np.inf)
-        if region.residual is not None:  # added after the activation: one element each
-            m, n = region.residual.shape
-            _poke(region, region.residual, (rng.integers(0, m), rng.integers(0, n)), -np.inf)
-            _poke(region, region.residual, (rng.integers(0, m), rng.integers(0, n)), np.nan)
-        if region.bias is None and region.residual is None and region.activation != "none":  # a NaN row of a
-            _poke(region, region.a, (rng.integers(0, region.a.shape[0]), slice(None)), np.nan)
-    elif op == "gated":
-        _poke(region, region.x, (rng.integers(0, region.x.shape[0]), slice(None)), np.nan)
-
-
-def _masked_blocks(region, rng):
-    """-inf blocks as masks make them: a leading block (left padding), a trailing block, a row masked but for its
-    last element, and a fully masked row (whose answer is NaN: docs/budgets.md)."""
-    host, rows = _host_rows(region)
-    n, cols = rows.shape
-    for r in range(n):
-        kind = r % 4
-        cut = int(rng.integers(1, cols)) if cols > 1 else 1
-        if kind == 0:
-            rows[r, :cut] = -np.inf
-        elif kind == 1:
-            rows[r, cut:] = -np.inf
-        elif kind == 2:
-            rows[r, :-1] = -np.inf
-        elif r == n - 1 or rng.random() < 0.5:
-            rows[r, :] = -np.inf
-        else:
-            rows[r, :cut] = -np.inf
-    _write_x(region, host)
-
-
-def _huge(region, rng):
-    """Magnitudes log-uniform from 1e-2 to half the dtype's largest value, both signs, in every tensor."""
-    top = math.log10(FINFO_MAX[region.dtype] / 2.0)
-    for arr in [region.x] + region.tensors():
-        shape = tuple(arr.shape)
-        mags = 10.0 ** rng.uniform(-2.0, top, shape) * np.where(rng.random(shape) < 0.5, -1.0, 1.0)
-        arr[...] = targets.get(region.target).from_host(mags, region.dtype)
-
-
-SMALLEST_NORMAL = {"float16": 2.0 ** -14, "bfloat16": 2.0 ** -126, "float32": 2.0 ** -126, "float64": 2.0 ** -1022}
-
-
-def _subnormal(region, rng):
-    """Inputs below the smallest normal value (subnormals): a kernel that flushes them to zero fails."""
-    tiny = SMALLEST_NORMAL[region.dtype]
-    if region.op == "pointwise":
-        arr = region.x
-        arr *= tiny / 8.0  # benign x has std 1: |x| around an eighth of the smallest normal
-    elif region.op == "matmul":  # subnormal a times b of unit scale (b is drawn 1/sqrt(k)): subnormal outputs
-        region.a *= tiny / 8.0
-        region.b *= math.sqrt(max(region.b.shape[0], 1))
-
-
-def _zero_ends(region, rng):
-    """Rows whose first and last elements are exactly zero (and some rows zero but for one inner element): a
-    shortcut that tests the ends for an all-zero row misfires."""
-    host, rows = _host_rows(region)
-    n, cols = rows.shape
-    rows[:, 0] = 0.0
-    rows[:, -1] = 0.0
-    if cols > 2:
-        for r in range(0, n, 3):
-            keep = int(rng.integers(1, cols - 1))
-            value = rows[r, keep]
-            rows[r, :] = 0.0
-            rows[r, keep] = value if value != 0 else 1.0
-    _write_x(region, host)
-
-
-def _benign(region, rng):
-    """Standard normal operands as ``Region.random`` draws them (layernorm rows offset by +3)."""
-
-
-BENIGN = Family("benign", ("*",), "zero-mean unit-variance operands as `Region.random` draws them (normal; uniform "
-                "above 2^20 elements, where drawing normals would cost more than the run; layernorm rows offset by +3)",
-                _benign)
-
-CATALOGUE: tuple[Family, ...] = (
-    Family("large_logits", ("softmax",),
-           "rows offset by up to +-1.5x the dtype's exp range (ln max: 88.7 float32, 11.1 float16), spread up to "
-           "1/8 of it; catches softmax without max-subtraction (overflow to inf/inf, or 0/0 underflow)",
-           _softmax_large_logits),
-    Family("constant_rows", ("softmax",),
-           "rows of one value (0, 1e-3, +-1.5x the exp range): the answer is exactly 1/cols",
-           _softmax_constant_rows),
-    Family("masked", ("softmax",),
-           "half the entries -inf (a mask), at least one finite entry per row", _softmax_masked),
-    Family("large_logits", ("attention",),
-           "q and k scaled so scores have std 1/2 of the exp range, one key 3x further: catches attention "
-           "without max-subtraction (or with a stale max in an online softmax)",
-           _attention_large_logits, _logits_budget,
-           "the op's budget x the exp range (88.7 float32): scores near it carry ~88x the rounding error"),
-    Family("eps_dominated", ("rmsnorm", "layernorm"),
-           "rows with mean square (variance) 0 to 4x eps, the first exactly zero (constant): catches a kernel "
-           "that ignores or hard-codes eps (0/0, or a wrong scale)",
-           _eps_dominated),
-    Family("large_offset", ("rmsnorm", "layernorm"),
-           "rows of spread 0.1 shifted by +-300: catches a one-pass variance E[x^2] - E[x]^2 (cancellation)",
-           _large_offset, _offset_budget,
-           "layernorm: the op's budget x 3000 (capped at rel_fro 0.1, atol and rtol 1): the condition number of "
-           "(x - mean)/std is abs(x)/std = 3000; a one-pass variance errs by ulp x 3000^2"),
-    Family("large_magnitude", ("rmsnorm", "layernorm"),
-           "abs(x) up to 2 sqrt(max) of half precision (squares overflow fp16), up to sqrt(float32 max / cols) / 16 "
-           "otherwise: catches sums of squares accumulated in the input's half precision",
-           _large_magnitude),
-    Family("mixed_rows", ("matmul", "gated"),
-           "rows of the left operand scaled by +-10^U(-3,3), 10% exactly zero", _mixed_rows),
-    Family("tiny", ("matmul", "gated"),
-           "left operand scaled to 1e-18 (float32), 2^-6 (float16), 1e-150 (float64), the square root of that for "
-           "gated (its output is quadratic in x): outputs small but normal; "
-           "catches absolute thresholds and flush-to-zero of normal values",
-           _tiny),
-    Family("wide", ("pointwise",),
-           "inputs spread over +-0.45x the exp range, every 7th exactly zero: catches tanh/sigmoid/silu built "
-           "from exp(2x) (inf/inf)",
-           _pointwise_wide),
-    Family("nonfinite", ("softmax", "rmsnorm", "layernorm", "pointwise", "matmul", "gated"),
-           "NaN, +Inf, -Inf where the oracle propagates them: a few elements of x (row ops, pointwise operands), a NaN "
-           "and an Inf bias column and Inf/NaN residual elements (matmul with an epilogue; a NaN row of a without "
-           "one), a NaN row of x (gated); catches relu as fmax(x, 0) and other "
-           "NaN-dropping shortcuts",
-           _nonfinite, targets=VERIFIED_ON),
-    Family("masked_blocks", ("softmax",),
-           "-inf blocks: leading (left padding), trailing, all but the last element, and fully masked rows (NaN: "
-           "see Special values); catches an online softmax whose running max starts at -inf without a guard",
-           _masked_blocks, targets=VERIFIED_ON),
-    Family("huge", ("pointwise",),
-           "magnitudes log-uniform from 1e-2 to half the dtype's largest value, both signs: catches exp that "
-           "saturates early, and chains that overflow in an intermediate of narrower precision",
-           _huge, targets=VERIFIED_ON),
-    Family("subnormal", ("pointwise", "matmul"),
-           "inputs below the smallest normal value (pointwise x; matmul a, with b of unit scale): outputs are "
-           "subnormal, so a kernel that flushes them to zero fails",
-           _subnormal, targets=VERIFIED_ON),
-    Family("zero_ends", ("softmax", "rmsnorm", "layernorm"),
-           "rows whose first and last elements are exactly 0, every third row zero but for one inner element: "
-           "catches shortcuts that test a row's ends for an all-zero row",
-           _zero_ends, targets=VERIFIED_ON),
-    Family("structured", ("fft",),
-           "constant rows, single impulses, alternating signs: all energy in the zero or Nyquist bin",
-           _fft_structured),
+from arbiter.ops import OPS
+from arbiter.ops.family import (
+    BENIGN,
+    FINFO_MAX,
+    SMALLEST_NORMAL,
+    VERIFIED_ON,
+    Family,
+    exp_range,
+    host_array,
+    host_rows,
+    poke,
+    row_offsets,
+    write_x,
 )
+from arbiter.oracles import budgets
+
+__all__ = ["BENIGN", "CATALOGUE", "FINFO_MAX", "SMALLEST_NORMAL", "VERIFIED_ON", "Family", "catalogue",
+           "document", "exp_range", "families", "host_array", "host_rows", "markdown", "poke", "row_offsets",
+           "scalar_sentinels", "varied_scalars", "write_x"]
 
 
 def families(op: str, target: str | None = None) -> list[Family]:
-    """Benign first, then the op's adversarial families (those probed on ``target``, where given)."""
-    return [BENIGN] + [f for f in CATALOGUE if op in f.ops and (target is None or f.targets is None
-                                                                   or target in f.targets)]
+    """Benign first, then the op's adversarial families (``OpKind.families``; those probed on ``target``, where
+    given)."""
+    kind = OPS.get(op)
+    return [BENIGN] + [f for f in (kind.families if kind is not None else ())
+                       if target is None or f.targets is None or target in f.targets]
+
+
+def catalogue() -> tuple[tuple[Family, tuple[str, ...]], ...]:
+    """Every registered op kind's families with the ops that draw each, in registration order; families equal in
+    name, text, budget text and targets are one row (their ops joined)."""
+    rows: dict[tuple, tuple[Family, list[str]]] = {}
+    for name, kind in OPS.items():
+        for fam in kind.families:
+            row = rows.setdefault((fam.name, fam.text, fam.budget_text, fam.targets), (fam, []))
+            row[1].append(name)
+    return tuple((fam, tuple(ops)) for fam, ops in rows.values())
+
+
+# The built-in catalogue, as the package registered it.
+CATALOGUE: tuple[Family, ...] = tuple(fam for fam, _ in catalogue())
 
 
 # --- runtime scalars ----------------------------------------------------------
@@ -552,8 +191,8 @@ def markdown() -> str:
              "  0.15x the real shape's work at large keys.",
              "",
              "| op | family | values | budget |", "| --- | --- | --- | --- |"]
-    for fam in (BENIGN,) + CATALOGUE:
-        ops = "(every op)" if fam.ops == ("*",) else ", ".join(fam.ops)
+    for fam, names in ((BENIGN, ("*",)),) + catalogue():
+        ops = "(every op)" if names == ("*",) else ", ".join(names)
         if fam.targets is not None:
             ops += f" (on {', '.join(fam.targets)} only: see below)"
         lines.append(f"| {ops} | {fam.name} | {fam.text} | {fam.budget_text or 'the op budget'} |")

@@ -38,15 +38,12 @@ from typing import TYPE_CHECKING, Any
 
 from arbiter.audit import AUDIT_PREFIX
 from arbiter.keys import ProblemKey
+from arbiter.ops import OPS
 from arbiter.solution import Solution, TimingMode
 from arbiter.store import CountDelta, MeasurementRecord, SolutionRecord, inventory
 
 if TYPE_CHECKING:
     from arbiter.store.sql import SqlStore
-
-ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
-ROW_OPS = ("softmax", "rmsnorm", "layernorm")
-
 
 def _work_of(section, k, m):
     """Work of one measurement: at the dims it timed, or at its key's bucket bound (older registries)."""
@@ -55,12 +52,10 @@ def _work_of(section, k, m):
 
 def work(op: str, dims: dict[str, int], dtype: str) -> tuple[float, str] | None:
     """(amount, "FLOP" | "B") one call of ``op`` at ``dims`` does; None when no model is known for the op, or
-    the dims are not the op's (a key stored with another op's bucket, by a registry that predates the check)."""
-    if op == "matmul" and {"m", "n", "k"} <= dims.keys():
-        return 2.0 * dims["m"] * dims["n"] * dims["k"], "FLOP"
-    if op in ROW_OPS and dtype in ITEMSIZE and {"rows", "cols"} <= dims.keys():
-        return 2.0 * dims["rows"] * dims["cols"] * ITEMSIZE[dtype], "B"  # x read once, out written once
-    return None
+    the dims are not the op's (a key stored with another op's bucket, by a registry that predates the check).
+    The model is the op kind's (``OpKind.work``)."""
+    kind = OPS.get(op)
+    return None if kind is None or kind.work is None else kind.work(dims, dtype)
 
 
 @dataclass
@@ -288,7 +283,8 @@ def figure(section: Section, family: Family):
     if not modes:
         return None
     keys = family.keys
-    has_work = work(section.op, _dims(keys[0]), section.dtype) is not None
+    modelled = work(section.op, _dims(keys[0]), section.dtype)  # (amount, unit) or None
+    has_work = modelled is not None
     panels = [(m, "time") for m in modes] + ([(modes[0], "rate")] if has_work else [])
     solutions = sorted({m.solution.label for k in keys for m in k.measurements})
     fig = Figure(figsize=(5.2 * len(panels), 3.8), dpi=96)
@@ -296,14 +292,14 @@ def figure(section: Section, family: Family):
     colors = {s: f"C{i % 10}" for i, s in enumerate(solutions)}
     markers = {s: "osD^v<>ph"[(i // 10) % 9] for i, s in enumerate(solutions)}
     unit_scale, unit = 1.0, ""
-    if has_work:
+    if modelled is not None:
         peak = 0.0
         for k in keys:
             for m in k.measurements:
                 w = _work_of(section, k, m)
                 if w and m.median_s and m.median_s > 0:
                     peak = max(peak, w[0] / m.median_s)
-        base = "FLOP/s" if section.op == "matmul" else "B/s"
+        base = f"{modelled[1]}/s"
         unit_scale, prefix = next(((s, p) for s, p in ((1e12, "T"), (1e9, "G"), (1e6, "M")) if peak >= s),
                                   (1e3, "k"))
         unit = prefix + base
@@ -412,7 +408,7 @@ def _section_html(s: Section, env_state: str, plots: bool) -> str:
                      f'src="data:image/png;base64,{img}">')
     if imgs:
         if work(s.op, dict(s.keys[0].key.bucket), s.dtype) is not None:
-            what = "2·m·n·k FLOP" if s.op == "matmul" else "bytes read + written (x and out)"
+            what = OPS[s.op].work_text or "the op's work model"
             exact = all(m.dims for k in s.keys for m in k.measurements)
             parts.append(f"<p class=muted>Throughput counts {what} at the exact shape each measurement timed.</p>"
                          if exact else

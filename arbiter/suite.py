@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from arbiter.ops import op_kind
+from arbiter.ops import OPS, op_kind
 
 
 @dataclass(frozen=True)
@@ -49,24 +49,14 @@ def rows(op, r, c, dtype="float32", **attrs) -> Problem:
     return Problem(op, {"rows": r, "cols": c}, dtype, attrs)
 
 
-SUITES: dict[str, list[Problem]] = {
-    # Small enough for a 2-core CI machine in seconds, varied enough to exercise every candidate.
-    "quick": [
-        mm(64, 64, 64), mm(257, 129, 65), mm(512, 1, 512), mm(1, 512, 512),
-        mm(256, 256, 256, activation="gelu", bias="1"), mm(200, 300, 100, activation="silu", bias="1", residual="1"),
-        mm(128, 128, 128, "float64"), mm(96, 80, 72, "float16", activation="relu"),
-        rows("softmax", 64, 1000), rows("softmax", 512, 4096), rows("softmax", 33, 129, "float64"),
-        rows("softmax", 128, 2048, "float16"),
-        rows("rmsnorm", 64, 1000), rows("rmsnorm", 512, 4096), rows("rmsnorm", 33, 129, "float64"),
-        rows("layernorm", 64, 1000), rows("layernorm", 257, 2048),
-        Problem("attention", {"batch": 1, "heads": 4, "q": 128, "k": 128, "d": 64}, "float32", {"causal": "1"}),
-        Problem("attention", {"batch": 2, "heads": 2, "q": 1, "k": 300, "d": 64}, "float32"),
-        Problem("fft", {"batch": 16, "n": 1024}, "complex64", {"kind": "c2c"}),
-        Problem("fft", {"batch": 8, "n": 1000}, "float64", {"kind": "r2c"}),
-        Problem("gated", {"m": 64, "n": 256, "k": 128}),
-        Problem("pointwise", {"size": 100_000}, "float32", {"chain": "mul[t]>add[s]>relu>tanh"}),
-    ],
-}
+def _quick() -> list[Problem]:
+    # Each op kind's shapes (``OpKind.suite``), in registration order: small enough for a 2-core CI machine in
+    # seconds, varied enough to exercise every candidate.
+    return [Problem(name, dict(dims), dtype, dict(attrs)) for name, kind in OPS.items()
+            for dims, dtype, attrs in kind.suite]
+
+
+SUITES: dict[str, list[Problem]] = {"quick": _quick()}
 
 
 def suite(name: str) -> list[Problem]:

@@ -44,118 +44,40 @@ custom op.
 """  # noqa: E501 (the table of ops is wider than 120 columns)
 from __future__ import annotations
 
-import math
+import importlib
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch.library import custom_op
 
 import arbiter
 from arbiter import regions, targets
+from arbiter.ops import kind as op_kinds
+from arbiter.ops.attention.torch_ref import ref_attention  # noqa: F401 (re-exported: arbiter.torch.ref_attention)
+from arbiter.ops.fft.torch_ref import ref_fft  # noqa: F401 (re-exported: arbiter.torch.ref_fft)
+from arbiter.ops.gated.torch_ref import ref_gated  # noqa: F401 (re-exported: arbiter.torch.ref_gated)
+from arbiter.ops.layernorm.torch_ref import ref_layernorm  # noqa: F401 (re-exported: arbiter.torch.ref_layernorm)
+from arbiter.ops.matmul.torch_ref import apply_activation as _activation
+from arbiter.ops.matmul.torch_ref import ref_matmul  # noqa: F401 (re-exported: arbiter.torch.ref_matmul)
+from arbiter.ops.pointwise.torch_ref import ref_pointwise  # noqa: F401 (re-exported: arbiter.torch.ref_pointwise)
+from arbiter.ops.pointwise.torch_ref import steps as _steps
+from arbiter.ops.rmsnorm.torch_ref import ref_rmsnorm  # noqa: F401 (re-exported: arbiter.torch.ref_rmsnorm)
+from arbiter.ops.softmax.torch_ref import ref_softmax  # noqa: F401 (re-exported: arbiter.torch.ref_softmax)
 
 # -- the reference formulations (forward in torch; their VJPs are the backward passes) ---------------
 
 
-def _activation(name: str, z):
-    if name == "none":
-        return z
-    if name == "relu":
-        return torch.relu(z)
-    if name == "gelu":
-        return F.gelu(z)
-    if name == "gelu_tanh":
-        return F.gelu(z, approximate="tanh")
-    if name == "silu":
-        return F.silu(z)
-    raise ValueError(f"activation: {name!r} is not one of none, relu, gelu, gelu_tanh, silu")
+def _reference(kind: op_kinds.OpKind) -> Callable:
+    module, _, name = (kind.torch_reference or "").partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
-def ref_matmul(a, b, bias, residual, activation):
-    z = a @ b
-    if bias is not None:
-        z = z + bias
-    z = _activation(activation, z)
-    return z if residual is None else z + residual
-
-
-def ref_softmax(x, dim):
-    return torch.softmax(x, dim)
-
-
-def ref_rmsnorm(x, weight, eps):
-    return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + eps) * weight
-
-
-def ref_layernorm(x, weight, bias, eps):
-    return F.layer_norm(x, (x.shape[-1],), weight, bias, eps)
-
-
-def ref_attention(q, k, v, causal, scale):
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-    scores = scale * (q @ k.transpose(-1, -2))
-    if causal:  # top-left aligned, as the region and the oracle
-        sq, sk = scores.shape[-2:]
-        mask = torch.ones(sq, sk, dtype=torch.bool, device=q.device).triu(1)
-        scores = scores.masked_fill(mask, float("-inf"))
-    return torch.softmax(scores, -1) @ v
-
-
-def ref_gated(x, w_gate, w_up):
-    return F.silu(x @ w_gate) * (x @ w_up)
-
-
-def ref_fft(x, kind, inverse, n):
-    if kind == "c2c":
-        return torch.fft.ifft(x, dim=-1) if inverse else torch.fft.fft(x, dim=-1)
-    return torch.fft.irfft(x, n=n, dim=-1) if inverse else torch.fft.rfft(x, dim=-1)
-
-
-_UNARY = {"neg": torch.neg, "abs": torch.abs, "relu": torch.relu, "exp": torch.exp, "tanh": torch.tanh,
-          "sigmoid": torch.sigmoid, "silu": F.silu, "gelu_tanh": lambda v: F.gelu(v, approximate="tanh"),
-          "square": torch.square}
-_BINARY = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "max": torch.maximum, "min": torch.minimum}
-
-
-def _steps(chain: str, tensors, scalars) -> list[tuple]:
-    """``mul[t]>add[s]>relu`` with its operands in order -> the region's steps ``[("mul", t0), ...]``."""
-    steps: list[tuple] = []  # (name,) or (name, operand)
-    t, s = iter(tensors), iter(scalars)
-    for part in filter(None, chain.split(">")):
-        name, _, kind = part.partition("[")
-        if kind == "t]":
-            steps.append((name, next(t, None)))
-        elif kind == "s]":
-            steps.append((name, next(s, None)))
-        elif part == "copy":
-            continue
-        else:
-            steps.append((name,))
-        if len(steps[-1]) == 2 and steps[-1][1] is None:
-            raise ValueError(f"chain: step {part!r} has no operand left in "
-                             f"{'tensors' if kind == 't]' else 'scalars'}")
-    if next(t, None) is not None or next(s, None) is not None:
-        raise ValueError(f"chain: {chain!r} uses fewer operands than given in tensors/scalars")
-    return steps
-
-
-def ref_pointwise(x, chain, tensors, scalars):
-    v = x
-    for step in _steps(chain, tensors, scalars):
-        if len(step) == 1:
-            v = _UNARY[step[0]](v)
-        else:
-            operand = step[1]
-            v = _BINARY[step[0]](v, operand if torch.is_tensor(operand) else torch.tensor(operand, dtype=v.dtype,
-                                                                                         device=v.device))
-    return v
-
-
-REFERENCE: dict[str, Callable] = {
-    "matmul": ref_matmul, "softmax": ref_softmax, "rmsnorm": ref_rmsnorm, "layernorm": ref_layernorm,
-    "attention": ref_attention, "gated": ref_gated, "fft": ref_fft, "pointwise": ref_pointwise}
+# Each op kind's torch reference (``OpKind.torch_reference``, in ``arbiter/ops/<op>/torch_ref.py``): what a kernel's
+# backward replays, and what the tests compare with.
+REFERENCE: dict[str, Callable] = {name: _reference(kind) for name, kind in op_kinds.OPS.items()
+                                  if kind.torch_reference}
 
 
 # -- dispatch through the arbiter -----------------------------------------------------------------------

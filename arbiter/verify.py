@@ -66,8 +66,8 @@ from arbiter import layouts, oracles, probes, targets
 from arbiter.candidates import Candidate, Fallback
 from arbiter.keys import POW2
 from arbiter.memo import Memo
-from arbiter.ops import op_kind
-from arbiter.oracles import array_module, long_rows
+from arbiter.ops import Product, op_kind
+from arbiter.oracles import array_module
 from arbiter.oracles.budgets import Budget, budget_for
 from arbiter.region_memo import slots_of
 from arbiter.solution import Solution
@@ -481,32 +481,13 @@ def compare(y, ref, budget: Budget) -> tuple[str, float, float]:
 
 # --- checking one probe's output -------------------------------------------------
 def _sub_rows(region, i0: int, i1: int):
-    """``region`` restricted to output rows i0:i1 (a smaller region of the same op), or None."""
-    from arbiter import regions as R
-
-    if isinstance(region, R.Softmax):
-        if region.axis_last:
-            return R.Softmax(region.x[i0:i1], axis=-1), (slice(i0, i1),)
-        return R.Softmax(region.x[:, i0:i1], axis=0), (slice(None), slice(i0, i1))
-    if isinstance(region, R.RMSNorm):
-        return R.RMSNorm(region.x[i0:i1], region.weight, eps=region.eps), (slice(i0, i1),)
-    if isinstance(region, R.LayerNorm):
-        return R.LayerNorm(region.x[i0:i1], region.weight, region.bias, eps=region.eps), (slice(i0, i1),)
-    if isinstance(region, R.FFT):
-        return (R.FFT(region.x[i0:i1], kind=region.kind, inverse=region.inverse, n=region.n if region.c2r else None),
-                (slice(i0, i1),))
-    if isinstance(region, R.Pointwise):
-        steps = [(n,) if o is None else (n, o if isinstance(o, float) else o[i0:i1]) for n, o in region.ops]
-        return R.Pointwise(region.x[i0:i1], steps), (slice(i0, i1),)
-    return None
+    """``region`` restricted to output rows i0:i1 (a smaller region of the same op), or None (``OpKind.sub_rows``)."""
+    kind = op_kind(region.op)
+    return None if kind.sub_rows is None else kind.sub_rows(region, i0, i1)
 
 
 def _row_count(region) -> int:
-    from arbiter import regions as R
-
-    if isinstance(region, R.Softmax) and not region.axis_last:
-        return region.x.shape[1]
-    return region.output_shape()[0] if region.output_shape() else 0
+    return op_kind(region.op).rows_of(region)
 
 
 def _chunked(region, y, budget) -> tuple[str, float, float]:
@@ -517,7 +498,8 @@ def _chunked(region, y, budget) -> tuple[str, float, float]:
     step = max(1, CHUNK_ELEMENTS // max(1, size // max(rows, 1)))
     tally = Tally()
     if size // max(rows, 1) > CHUNK_ELEMENTS:  # one row alone passes the bound: its reference a piece at a time
-        pieces = long_rows.pieces(region, CHUNK_ELEMENTS)
+        row_pieces = op_kind(region.op).row_pieces
+        pieces = None if row_pieces is None else row_pieces(region, CHUNK_ELEMENTS)
         if pieces is not None:
             for index, origin, ref in pieces:
                 if tally.add(y[index], ref, budget, origin):
@@ -550,27 +532,24 @@ def _sample_rows(rng, m: int, count: int) -> list[int]:
     return sorted(r for r in rows if 0 <= r < m)
 
 
-def _products_sampled(region, y, budget, rng) -> tuple[str, float, float]:
-    """matmul / gated at large shapes, at about one pass over each operand in float64.
+def _products_sampled(region, product: Product, y, budget, rng) -> tuple[str, float, float]:
+    """A product op (matmul, gated: ``OpKind.product``) at large shapes, at about one pass over each operand in
+    float64.
 
     * The exact float64 reference of sampled rows (random ones, the first, the last, the last of every
       partial tile) and sampled columns (a random one, the last, the last partial tile's), epilogue included,
       compared element by element.
     * For matmul without an activation (a linear map), Freivalds: ``D = y X - (a (b X) + bias X + residual X)``
-      for random sign vectors ``X``. Row i of ``D`` has ``E[D_i^2] = ||row i of (y - ref)||^2``, so every
+      for random sign vectors ``X`` (a linear ``product``). Row i of ``D`` has
+      ``E[D_i^2] = ||row i of (y - ref)||^2``, so every
       row's error norm is estimated (a single wrong element ``e`` gives ``|D_i| = |e|`` exactly) and so is
       the relative Frobenius error. Nonlinear epilogues have no such identity: their real-shape probe is
       checked on the samples, and the bucket's smaller probes are compared in full.
     """
-    from arbiter.oracles.matmul import activation
-
     xp = array_module(y)
-    gated = region.op == "gated"
-    left = region.x if gated else region.a
-    rights = (region.w_gate, region.w_up) if gated else (region.b,)
+    left, rights, finish, linear = product.left, product.rights, product.finish, product.linear
     m, n = y.shape
     k = left.shape[1]
-    linear = not gated and region.activation == "none"
     # Freivalds already bounds every row of a linear product: its exact samples are a second, elementwise look.
     rows = _sample_rows(rng, m, SAMPLED_ROWS // 2 if linear else 4 * SAMPLED_ROWS)
     cols = sorted({n - 1, int(rng.integers(0, n))} | ({n - 1 - n % 128} if n % 128 else set()))
@@ -609,25 +588,13 @@ def _products_sampled(region, y, budget, rng) -> tuple[str, float, float]:
         if linear:
             ref_x[i0:i0 + step] = chunk @ bx
             y_x[i0:i0 + step] = as64(y[i0:i0 + step]) @ X
-            if region.residual is not None:
-                ref_x[i0:i0 + step] += as64(region.residual[i0:i0 + step]) @ X
-
-    def finish(zs, r_sel, c_sel):
-        if gated:
-            g, u = zs
-            return g / (1.0 + xp.exp(-g)) * u
-        z = zs[0]
-        if region.bias is not None:
-            z = z + region.bias[c_sel].astype(np.float64)
-        z = activation(region.activation, z)
-        if region.residual is not None:
-            z = z + region.residual[r_sel][:, c_sel].astype(np.float64)
-        return z
+            if product.residual is not None:
+                ref_x[i0:i0 + step] += as64(product.residual[i0:i0 + step]) @ X
 
     rms = rel = None
     if linear:
-        if region.bias is not None:
-            ref_x += region.bias.astype(np.float64) @ X
+        if product.bias is not None:
+            ref_x += product.bias.astype(np.float64) @ X
         d = y_x - ref_x
         if not bool(xp.isfinite(d).all()):
             bad = int(xp.argwhere(~xp.isfinite(d).all(axis=1))[0][0])
@@ -689,16 +656,16 @@ def _diagonal(region, y, left, rights, finish, tally, budget, shift: int) -> Non
                 return
 
 
-def _attention_sampled(region, y, budget, rng) -> tuple[str, float, float]:
-    """Attention at large shapes: the exact reference for sampled query rows (and the last ones) of every head."""
-    from arbiter.oracles.attention import oracle
-
+def _rows_sampled(region, rows_oracle, y, budget, rng) -> tuple[str, float, float]:
+    """At large shapes (attention): the exact reference (``OpKind.rows_oracle``) of sampled rows along the output's
+    axis -2 (query rows: random ones and the last ones) of every leading index (batch, head)."""
     xp = array_module(y)
-    sq = y.shape[2]
+    sq = y.shape[-2]
     rows = _sample_rows(rng, sq, SAMPLED_ROWS)
+    lead = (slice(None),) * (len(y.shape) - 2)
     tally = Tally()
-    tally.add(y[:, :, xp.asarray(rows), :], oracle(region, rows), budget,
-              lambda i: (i[0], i[1], rows[i[2]], i[3]))
+    tally.add(y[lead + (xp.asarray(rows), slice(None))], rows_oracle(region, rows), budget,
+              lambda i: (*i[:-2], rows[i[-2]], i[-1]))
     return tally.finish(budget)
 
 
@@ -721,21 +688,23 @@ def _one_blas_thread():
 
 def _freivalds_covers(region) -> bool:
     """Whether the randomized check of ``region`` sees every element (a linear product) or only samples."""
-    return region.op == "matmul" and region.activation == "none"
+    product = op_kind(region.op).product
+    return product is not None and product(region).linear
 
 
 def check_output(region, y, budget: Budget, rng, full: bool = False) -> tuple[str, float, float]:
     """Compare candidate output ``y`` with the float64 oracle of (pristine) ``region`` at about one run's cost;
     ``full``: the whole float64 reference even for a large product."""
     with oracles.on_device(), (_one_blas_thread() if region.target == "cpu" else contextlib.nullcontext()):
+        kind = op_kind(region.op)
         big = _cost(region.dims) > CHEAP_CHECK_WORK and not full
-        if big and region.op in ("matmul", "gated") and len(y.shape) == 2:
-            return _products_sampled(region, y, budget, rng)
-        if big and region.op == "attention":
-            return _attention_sampled(region, y, budget, rng)
+        if big and kind.product is not None and len(y.shape) == 2:
+            return _products_sampled(region, kind.product(region), y, budget, rng)
+        if big and kind.rows_oracle is not None:
+            return _rows_sampled(region, kind.rows_oracle, y, budget, rng)
         if math.prod(region.output_shape()) > CHUNK_ELEMENTS and _sub_rows(region, 0, 1) is not None:
             return _chunked(region, y, budget)
-        return compare(y, op_kind(region.op).oracle(region), budget)
+        return compare(y, kind.oracle(region), budget)
 
 
 def _gate_rng() -> tuple[np.random.Generator, int]:

@@ -20,16 +20,28 @@ Piece = tuple[tuple, Callable[[tuple], tuple], np.ndarray]  # (output index, chu
 
 def pieces(region, step: int) -> Iterator[Piece] | None:
     """(output index, origin, float64 reference) for every ``step`` elements of every row of ``region``'s
-    output, in order; None for a region this does not cover (not 2-D, or another op)."""
+    output, in order; None for a region this does not cover (not 2-D, or another op). The gate reaches the
+    op's own function through its kind (``OpKind.row_pieces``)."""
+    of_op = {"softmax": softmax_pieces, "rmsnorm": rmsnorm_pieces, "layernorm": layernorm_pieces}.get(region.op)
+    return None if of_op is None else of_op(region, step)
+
+
+def softmax_pieces(region, step: int) -> Iterator[Piece] | None:
     if getattr(region.x, "ndim", 0) != 2:
         return None
-    if region.op == "softmax":
-        return _rows(region, step, region.axis_last, _softmax)
-    if region.op == "rmsnorm":
-        return _rows(region, step, True, _rmsnorm)
-    if region.op == "layernorm":
-        return _rows(region, step, True, _layernorm)
-    return None
+    return _rows(region, step, region.axis_last, _softmax)
+
+
+def rmsnorm_pieces(region, step: int) -> Iterator[Piece] | None:
+    if getattr(region.x, "ndim", 0) != 2:
+        return None
+    return _rows(region, step, True, _rmsnorm)
+
+
+def layernorm_pieces(region, step: int) -> Iterator[Piece] | None:
+    if getattr(region.x, "ndim", 0) != 2:
+        return None
+    return _rows(region, step, True, _layernorm)
 
 
 def _rows(region, step: int, last: bool, op) -> Iterator[Piece]:

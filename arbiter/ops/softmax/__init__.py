@@ -1,0 +1,34 @@
+"""``softmax``: ``exp(x - max) / sum(exp(x - max))`` along an axis (the last, or the inner one of 2-D x)."""
+from __future__ import annotations
+
+from arbiter import regions
+from arbiter.ops import rows
+from arbiter.ops.kind import OpKind
+from arbiter.ops.softmax.probes import FAMILIES
+from arbiter.oracles.long_rows import softmax_pieces
+from arbiter.oracles.softmax import oracle
+
+
+def sub_rows(region, i0: int, i1: int):
+    if region.axis_last:
+        return regions.Softmax(region.x[i0:i1], axis=-1), (slice(i0, i1),)
+    return regions.Softmax(region.x[:, i0:i1], axis=0), (slice(None), slice(i0, i1))
+
+
+def row_count(region) -> int:
+    if not region.axis_last:
+        return region.x.shape[1]
+    shape = region.output_shape()
+    return shape[0] if shape else 0
+
+
+SUITE: tuple[tuple[dict, str, dict], ...] = (
+    ({"rows": 64, "cols": 1000}, "float32", {}),
+    ({"rows": 512, "cols": 4096}, "float32", {}),
+    ({"rows": 33, "cols": 129}, "float64", {}),
+    ({"rows": 128, "cols": 2048}, "float16", {}),
+)
+
+KIND = OpKind("softmax", regions.Softmax, oracle, families=FAMILIES, suite=SUITE, sub_rows=sub_rows,
+              row_count=row_count, row_pieces=softmax_pieces, work=rows.work, work_text=rows.WORK_TEXT,
+              torch_reference="arbiter.ops.softmax.torch_ref:ref_softmax")
