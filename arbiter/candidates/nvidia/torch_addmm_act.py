@@ -13,7 +13,7 @@ both fuse something different. Into a given out (the gate's) the same ops write 
 from __future__ import annotations
 
 from arbiter.candidates import register
-from arbiter.candidates.nvidia._torch import TorchCandidate, deliver, out_tensor, tensor
+from arbiter.candidates.nvidia._torch import TorchCandidate, deliver, gemm_bias, out_tensor, tensor
 
 # The activations torch._addmm_activation computes on CUDA, by the region's name: use_gelu.
 FUSED = {"relu": False, "gelu_tanh": True}
@@ -57,7 +57,7 @@ class TorchAddmmAct(TorchCandidate):
             r = tensor(region, "residual")
             y = torch.addmm(r, a, b) if o is None else torch.addmm(r, a, b, out=o)
         else:
-            bias, gelu = tensor(region, "bias"), FUSED[region.activation]
+            bias, gelu = gemm_bias(region), FUSED[region.activation]
             y = (torch._addmm_activation(bias, a, b, use_gelu=gelu) if o is None
                  else torch._addmm_activation(bias, a, b, use_gelu=gelu, out=o))
             if region.residual is not None:
