@@ -42,10 +42,10 @@ def exp_range(dtype: str) -> float:
 
 # The special-value families (nonfinite, masked_blocks, huge, subnormal, zero_ends) and the gate's one-element
 # pointer shift are probed on these targets only: those whose candidates were verified against them on the device.
-# On nvidia (H200, 2026-12-03) they first found NaN-dropping epilogues and a cuBLASLt bias epilogue faulting on a
-# misaligned bias (a fault poisons the process's CUDA context); the candidates now propagate NaN and take any
-# alignment. rocm shares the kernel templates but is not verified on an AMD device yet (its probes are opaque host
-# copies, so the shift never reaches it anyway).
+# On nvidia (H200, 2026-12-03) they first found NaN-dropping epilogues and SDPA faulting on a misaligned q (a fault
+# poisons the process's CUDA context); the candidates now propagate NaN or decline, and take any alignment. rocm
+# shares the kernel templates but is not verified on an AMD device yet (its probes are opaque host copies, so the
+# shift never reaches it anyway).
 VERIFIED_ON = ("cpu", "nvidia")
 
 
