@@ -197,10 +197,9 @@ def markdown() -> str:
             ops += f" (on {', '.join(fam.targets)} only: see below)"
         lines.append(f"| {ops} | {fam.name} | {fam.text} | {fam.budget_text or 'the op budget'} |")
     lines += ["", f"Families marked 'on {', '.join(VERIFIED_ON)} only', and the one-element pointer shift, "
-              "are not yet drawn on the GPU targets: on the H200 they found NaN-dropping epilogues and made "
-              "kernels with vector loads fault on a misaligned address (a fault that poisons the process's CUDA "
-              "context). The GPU kernels must decline or handle those inputs, verified on the device, before the "
-              "GPU gate draws them."]
+              "are drawn on the targets whose candidates were verified against them on the device. rocm shares "
+              "nvidia's kernel templates but is not verified on an AMD GPU yet; there these families are not "
+              "drawn."]
     return "\n".join(lines) + "\n"
 
 

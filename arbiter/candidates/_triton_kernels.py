@@ -16,7 +16,7 @@ def _activate(v, ACTIVATION: tl.constexpr):
     """``arbiter.synth.ACTIVATIONS`` in float32, by ``gpu_triton.ACTIVATION_CODES``. tanh-GELU as ``v * sigmoid(2u)``
     (= 0.5 v (1 + tanh u))."""
     if ACTIVATION == 1:
-        v = tl.maximum(v, 0.0)
+        v = tl.where(v < 0.0, 0.0, v)  # not tl.maximum, which drops a NaN: relu(NaN) is NaN, as in the oracle
     elif ACTIVATION == 2:
         v = 0.5 * v * (1.0 + tl.math.erf(v * 0.7071067811865476))
     elif ACTIVATION == 3:

@@ -47,6 +47,17 @@ def tensor(region, name: str):
     return view(getattr(region, name))
 
 
+def gemm_bias(region):
+    """The bias as a torch tensor for a cuBLASLt bias epilogue (``addmm``, ``_addmm_activation``): a copy where a
+    CUDA bias does not start on a 16-byte boundary. cuBLASLt's alignment preferences cover A, B, C and D, not the
+    bias, so its kernel may load the bias 16 bytes at a time and fault on a misaligned address (poisoning the
+    process's CUDA context); pytorch/pytorch#194497. The copy is N elements, on misaligned calls only."""
+    bias = tensor(region, "bias")
+    if bias.is_cuda and bias.data_ptr() % 16:
+        return bias.clone()
+    return bias
+
+
 def out_tensor(region):
     """``region.out`` as a torch tensor (the caller's own when it passed one, or the target's own)."""
     given = region.torch_in

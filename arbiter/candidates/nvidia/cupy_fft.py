@@ -83,9 +83,17 @@ class CupyFFT(NvidiaCandidate):
             return out
         if not x.flags.c_contiguous:  # the plan reads batch after batch of n contiguous elements
             x = cp.ascontiguousarray(x)
+        elif x.data.ptr % 16:
+            # cuFFT's kernels may read real input as complex pairs and complex data as 16-byte vectors: an array one
+            # element off a 16-byte boundary (a view at an offset) could fault on a misaligned address, which
+            # poisons the process's CUDA context. A fresh copy is aligned; only such calls pay for it.
+            x = x.copy()
         n = region.n
         plan = plan_for(n, region.kind, region.dtype, x.size // n, x.device.id)
-        plan.fft(x, out, _INVERSE if region.inverse else _FORWARD)  # on CuPy's current stream
+        y = out if out.data.ptr % 16 == 0 else cp.empty_like(out)  # the same reason, for the output
+        plan.fft(x, y, _INVERSE if region.inverse else _FORWARD)  # on CuPy's current stream
+        if y is not out:
+            out[...] = y
         if region.inverse:  # NumPy's "backward" normalisation: the inverse scales by 1/n
             cp.multiply(out, 1.0 / n, out=out)
         return out

@@ -13,10 +13,12 @@ both fuse something different. Into a given out (the gate's) the same ops write 
 from __future__ import annotations
 
 from arbiter.candidates import register
-from arbiter.candidates.nvidia._torch import TorchCandidate, deliver, out_tensor, tensor
+from arbiter.candidates.nvidia._torch import TorchCandidate, deliver, gemm_bias, out_tensor, tensor
 
 # The activations torch._addmm_activation computes on CUDA, by the region's name: use_gelu.
 FUSED = {"relu": False, "gelu_tanh": True}
+# Where cuBLASLt's ReLU epilogues turn NaN into 0 (measured: see applies_to); cublaslt_matmul declines them too.
+HALF_RELU_DROPS_NAN = ("float16", "bfloat16")
 
 
 def fused_form(region) -> str | None:
@@ -41,6 +43,11 @@ class TorchAddmmAct(TorchCandidate):
             return ("epilogue: torch fuses bias + relu or gelu_tanh (_addmm_activation) and a lone residual "
                     f"(addmm); activation={region.activation}, bias={region.bias is not None}, "
                     f"residual={region.residual is not None} is torch_matmul's")
+        if region.activation == "relu" and region.dtype in HALF_RELU_DROPS_NAN and self.target == "nvidia":
+            # cuBLASLt's RELU_BIAS epilogue in half precision turns NaN into 0 (the oracle keeps it): on an H200
+            # (2026-12-03, torch 2.11) the gate's nonfinite probe got 0.0 where the oracle has NaN in float16 and
+            # bfloat16; float32 propagated it. torch_matmul serves it (addmm, then clamp_min, which keeps NaN).
+            return f"relu in {region.dtype}: cuBLASLt's RELU_BIAS epilogue drops NaN in half precision"
         if region.activation == "gelu_tanh" and region.residual is not None and region.dtype != "float32":
             # The fused GELU's output is rounded to half precision, then the residual is added and rounded
             # again: on an H200 that missed the half-precision budgets at 1x1x1 (4.9e-02 against 2e-02 in
@@ -57,7 +64,7 @@ class TorchAddmmAct(TorchCandidate):
             r = tensor(region, "residual")
             y = torch.addmm(r, a, b) if o is None else torch.addmm(r, a, b, out=o)
         else:
-            bias, gelu = tensor(region, "bias"), FUSED[region.activation]
+            bias, gelu = gemm_bias(region), FUSED[region.activation]
             y = (torch._addmm_activation(bias, a, b, use_gelu=gelu) if o is None
                  else torch._addmm_activation(bias, a, b, use_gelu=gelu, out=o))
             if region.residual is not None:

@@ -10,6 +10,14 @@ from arbiter.candidates import register
 from arbiter.candidates.nvidia._torch import TorchCandidate, deliver, tensor
 
 
+def _aligned(t):
+    """``t``, or a copy of it where its data does not start on a 16-byte boundary: SDPA (torch 2.11) faulted with
+    cudaErrorMisalignedAddress, which poisons the process's CUDA context, on float32 q, k, v one element off a
+    boundary on an H200 (2026-12-03, the gate's pointer shift): the backend it picks loads 16 bytes at a time
+    without checking the pointer. The copy costs a pass over the input, on such calls only."""
+    return t.clone() if t.is_cuda and t.data_ptr() % 16 else t
+
+
 class TorchAttention(TorchCandidate):
     name = "torch_attention"
     op = "attention"
@@ -19,7 +27,7 @@ class TorchAttention(TorchCandidate):
 
         if 0 in region.output_shape():
             return region.alloc_out()
-        q, k, v = tensor(region, "q"), tensor(region, "k"), tensor(region, "v")
+        q, k, v = (_aligned(tensor(region, name)) for name in ("q", "k", "v"))
         if region.causal and region.scale is not None and region.scale <= 0:
             # SDPA's causal mask is scaled with the scores: -inf * 0 = NaN, -inf * (a negative scale) = +inf, NaN
             # rows either way (torch 2.13 on the CPU; the gate's scalar sentinels found it). The same top-left mask

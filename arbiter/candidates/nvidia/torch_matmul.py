@@ -8,7 +8,7 @@ general form (every activation, exact GELU and SiLU included); ``torch_addmm_act
 from __future__ import annotations
 
 from arbiter.candidates import register
-from arbiter.candidates.nvidia._torch import TorchCandidate, deliver, out_tensor, tensor
+from arbiter.candidates.nvidia._torch import TorchCandidate, deliver, gemm_bias, out_tensor, tensor
 
 
 def _activation(name: str, z, out):
@@ -40,11 +40,11 @@ class TorchMatmul(TorchCandidate):
         if region.out is not None:
             o = out_tensor(region)
             if region.bias is not None:
-                torch.addmm(tensor(region, "bias"), a, b, out=o)
+                torch.addmm(gemm_bias(region), a, b, out=o)
             else:
                 torch.mm(a, b, out=o)
         else:
-            o = torch.addmm(tensor(region, "bias"), a, b) if region.bias is not None else torch.mm(a, b)
+            o = torch.addmm(gemm_bias(region), a, b) if region.bias is not None else torch.mm(a, b)
         if region.activation != "none":
             _activation(region.activation, o, o)
         if region.residual is not None:

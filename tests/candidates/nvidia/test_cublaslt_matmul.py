@@ -34,7 +34,7 @@ def _region(attrs, dtype="float16", layout="RR"):
     ({"residual": "1"}, ""), ({"bias": "1", "residual": "1"}, "BIAS"),
 ])
 def test_each_served_epilogue_maps_to_its_cublaslt_epilogue(attrs, name):
-    region = _region(attrs)
+    region = _region(attrs, "float32" if attrs.get("activation") == "relu" else "float16")  # half relu: declined
     assert _cand().applies_to(region) is True
     assert lt.epilog_name(region) == name
 
@@ -46,6 +46,8 @@ def test_each_served_epilogue_maps_to_its_cublaslt_epilogue(attrs, name):
     ({}, "float64", "RR", "dtype float64"),
     ({"residual": "1"}, "float32", "RRS", "layout RRS"),
     ({"bias": "1", "activation": "gelu_tanh"}, "float32", "RR", "gelu_tanh in float32"),
+    ({"bias": "1", "activation": "relu"}, "float16", "RR", "relu in float16"),
+    ({"activation": "relu"}, "float16", "RR", "relu in float16"),
 ])
 def test_what_cublaslt_cannot_do_in_one_call_is_declined_with_the_reason(attrs, dtype, layout, lead):
     why = _cand().applies_to(_region(attrs, dtype, layout))

@@ -13,6 +13,7 @@ import pytest
 from arbiter import targets
 from arbiter.candidates import REGISTRY
 from arbiter.regions import Matmul, RMSNorm, Softmax
+from arbiter.verify import verify
 from gpu_support import check_builtin_solution, gpu_available, requires_gpu
 
 pytestmark = [pytest.mark.gpu, requires_gpu]
@@ -90,8 +91,14 @@ def test_softmax_other_axes_and_strides_pass_or_are_refused(cand, params, attrs,
 @pytest.mark.parametrize("cand,params", _solutions("rmsnorm"))
 def test_rmsnorm_solution_passes_the_gate(cand, params, shape, dtype):
     rows, cols = shape
-    _check(cand, params, RMSNorm.random("nvidia", dtype, {"rows": rows, "cols": cols},
-                                        rng=np.random.default_rng(12)))
+    region = RMSNorm.random("nvidia", dtype, {"rows": rows, "cols": cols}, rng=np.random.default_rng(12))
+    if cand.name == "torch_rmsnorm" and cols > 1:
+        # torch.rms_norm (2.11, CUDA) makes a row holding an Inf NaN throughout; the oracle (docs/budgets.md) is 0 at
+        # its finite elements. The gate rejects it with the nonfinite probe, so the other candidates serve rmsnorm.
+        verdict = verify(cand, params, region)
+        assert not verdict.passed and "nonfinite" in verdict.reason, verdict
+        return
+    _check(cand, params, region)
 
 
 def test_every_shape_is_served_by_some_candidate():
