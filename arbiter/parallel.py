@@ -41,7 +41,11 @@ class Outcome:
 
 
 def _worker(wid, device, target, tasks, results, mode, isolate, budget_s, timing_lock):
-    visible = targets.get(target).visible_devices
+    try:
+        visible = targets.get(target).visible_devices
+    except Exception as exc:  # an unknown target: reported as the environment's failure below would be
+        results.put(("dead", wid, None, f"could not start: {type(exc).__name__}: {exc}"))
+        return
     if device is not None and visible is not None:
         os.environ[visible] = str(device)  # before any GPU library is imported in this process
     from arbiter import dispatch

@@ -254,9 +254,7 @@ class Region(metaclass=Memoized):
 
     def _new_out(self, shape, dtype: str):
         if self.torch_in is not None:
-            from arbiter.targets.nvidia import torch_empty
-
-            native, tensor = torch_empty(shape, dtype, next(iter(self.torch_in.values())))
+            native, tensor = targets.get(self.target).caller_empty(shape, dtype, next(iter(self.torch_in.values())))
             self.torch_out = (native, tensor)
             return native
         return _empty_like_target(self.target, shape, dtype)
@@ -265,10 +263,9 @@ class Region(metaclass=Memoized):
         """A torch caller's region with CuPy views in place of its tensors (what a CuPy kernel needs).
 
         Views are built from the tensors' pointers (no DLPack), only when a non-torch kernel runs."""
-        from arbiter.targets.nvidia import cupy_view
-
+        view = targets.get(self.target).caller_view
         clone = self.with_out(self.out)
-        views = {name: cupy_view(t) for name, t in self.torch_in.items()}  # type: ignore[union-attr]  # a torch caller's region: torch_in is set
+        views = {name: view(t) for name, t in self.torch_in.items()}  # type: ignore[union-attr]  # a torch caller's region: torch_in is set
         for name, view in views.items():
             if name.startswith("ops["):
                 continue

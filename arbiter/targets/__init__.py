@@ -127,6 +127,16 @@ class Target:
         and converts results back to (a torch tensor beside a CuPy caller's arrays); the array itself by default."""
         return array
 
+    def caller_empty(self, shape, dtype: str, like):
+        """``(kernel array, caller array)`` of a new output for a caller whose arrays ``adopt`` keeps (see
+        ``caller_view``), on ``like``'s device: both views of one allocation."""
+        raise NotImplementedError(f"target {self.name!r} keeps no caller arrays")
+
+    def caller_stream(self):
+        """A context that runs this target's kernels in order with a kept caller's work (its stream), or None
+        when they already are."""
+        return None
+
     def device_float64(self, array):
         """``array`` as float64 on its device, for the oracle inside ``oracles.on_device()``; None where the
         oracle computes on the host (the default: no device array library the NumPy calls dispatch to)."""
@@ -155,13 +165,17 @@ def register(target: Target) -> Target:
     return target
 
 
+def names() -> tuple[str, ...]:
+    """The built-in targets' names, then those of targets added with ``register``."""
+    return TARGET_NAMES + tuple(n for n in _targets if n not in TARGET_NAMES)
+
+
 def get(name: str) -> Target:
     """The target called ``name``; ValueError naming it when there is no such target."""
     target = _targets.get(name)
     if target is None:
         if name not in TARGET_NAMES:
-            known = sorted(set(TARGET_NAMES) | set(_targets))
-            raise ValueError(f"target: unknown target {name!r}; known: {', '.join(known)}")
+            raise ValueError(f"target: unknown target {name!r}; known: {', '.join(names())}")
         module = importlib.import_module(f"arbiter.targets.{name}")
         target = _targets[name] = module.TARGET
     return target
@@ -169,7 +183,7 @@ def get(name: str) -> Target:
 
 def serving_torch(device_type: str) -> Target | None:
     """The target serving torch tensors on ``device_type`` (``"cpu"``, ``"cuda"``), or None."""
-    for name in (*TARGET_NAMES, *(n for n in _targets if n not in TARGET_NAMES)):
+    for name in names():
         target = get(name)
         if target.torch_device == device_type:
             return target

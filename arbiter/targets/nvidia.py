@@ -173,6 +173,12 @@ class NvidiaTarget(Target):
     def caller_view(self, array):
         return cupy_view(array)
 
+    def caller_empty(self, shape, dtype, like):
+        return torch_empty(shape, dtype, like)
+
+    def caller_stream(self):
+        return torch_stream()
+
     def device_float64(self, array):
         return array.astype(np.float64) if type(array).__module__.split(".", 1)[0] == "cupy" else None
 
