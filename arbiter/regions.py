@@ -263,9 +263,9 @@ class Region(metaclass=Memoized):
         """A torch caller's region with CuPy views in place of its tensors (what a CuPy kernel needs).
 
         Views are built from the tensors' pointers (no DLPack), only when a non-torch kernel runs."""
-        view = targets.get(self.target).caller_view
+        as_kernel = targets.get(self.target).caller_view
         clone = self.with_out(self.out)
-        views = {name: view(t) for name, t in self.torch_in.items()}  # type: ignore[union-attr]  # a torch caller's region: torch_in is set
+        views = {name: as_kernel(t) for name, t in self.torch_in.items()}  # type: ignore[union-attr]  # a torch caller's region: torch_in is set
         for name, view in views.items():
             if name.startswith("ops["):
                 continue
