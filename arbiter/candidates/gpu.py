@@ -38,17 +38,6 @@ class GpuCandidate(Candidate):
     def available(self):
         return self.backend.available()
 
-    def gemm_output(self, region, out) -> tuple:
-        """(buffer a template GEMM writes, extra #defines): ``out`` itself here; a target that composes a fused
-        epilogue after the kernel may give a float32 buffer for half types (``NvidiaCandidate``)."""
-        return out, ()
-
-    def finish_epilogue(self, region, buffer, out) -> None:
-        """Apply ``region``'s fused epilogue to ``buffer`` (which holds a @ b), writing ``out``. A target with no
-        array library to compose it declines epilogues in ``applies_to`` (``RocmCandidate``), so this never runs."""
-        if getattr(region, "has_epilogue", False):
-            raise NotImplementedError(f"{self.name}: the {self.target} target cannot compose a fused epilogue")
-
     def check_dtype(self, region) -> bool | str:
         if region.dtype not in self.dtypes:
             return f"dtype {region.dtype} is not one of {', '.join(self.dtypes)}"

@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 
 from arbiter.candidates import Tier
-from arbiter.candidates.gpu import GpuCandidate, row_stride
-from arbiter.candidates.gpu_templates.gemm import IDENTITY_EPILOGUE, check_gemm
+from arbiter.candidates.gpu import row_stride
+from arbiter.candidates.gpu_templates.gemm import IDENTITY_EPILOGUE, TemplateGemm, check_gemm
 
 # (BM, BN, BK, TM, TN); 256 threads each, except the 16x16 tile for tiny products.
 TILES = [(64, 64, 16, 4, 4), (32, 32, 32, 2, 2), (16, 16, 16, 1, 1), (128, 128, 8, 8, 8), (128, 64, 16, 8, 4)]
@@ -37,7 +37,7 @@ def launch_tiled(fn, tile, region, out, bias, residual, ldr, splits=1, k_per_spl
         partial if partial is not None else out))
 
 
-class GemmTiled(GpuCandidate):
+class GemmTiled(TemplateGemm):
     name = "gemm_tiled"
     op = "matmul"
     tier = Tier.EMITTED

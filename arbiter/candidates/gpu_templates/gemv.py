@@ -9,12 +9,12 @@ from __future__ import annotations
 import numpy as np
 
 from arbiter.candidates import Tier
-from arbiter.candidates.gpu import GpuCandidate, aligned16, row_stride
-from arbiter.candidates.gpu_templates.gemm import IDENTITY_EPILOGUE, check_gemm
+from arbiter.candidates.gpu import aligned16, row_stride
+from arbiter.candidates.gpu_templates.gemm import IDENTITY_EPILOGUE, TemplateGemm, check_gemm
 from arbiter.targets.kernels import VEC16
 
 
-class Gemv(GpuCandidate):
+class Gemv(TemplateGemm):
     name = "gemv_warp"
     op = "matmul"
     tier = Tier.EMITTED

@@ -62,10 +62,14 @@ def finish_epilogue(region, buffer, out) -> None:
 
 
 class NvidiaCandidate(GpuCandidate):
-    """Base of the NVIDIA candidates: the nvidia target, its NVRTC backend, epilogues composed with CuPy."""
+    """Base of the NVIDIA candidates: the nvidia target, its NVRTC backend."""
 
     target = "nvidia"
     backend = nvrtc.BACKEND
+
+
+class CupyEpilogue:
+    """Mixed into the nvidia registration of a GEMM template (before it): the fused epilogue composed with CuPy."""
 
     def gemm_output(self, region, out) -> tuple:
         return gemm_output(region, out)
@@ -74,5 +78,5 @@ class NvidiaCandidate(GpuCandidate):
         finish_epilogue(region, buffer, out)
 
 
-__all__ = ["IDENTITY_EPILOGUE", "NvidiaCandidate", "check_gemm", "compose_epilogue", "cupy", "finish_epilogue",
-           "gemm_output"]
+__all__ = ["IDENTITY_EPILOGUE", "CupyEpilogue", "NvidiaCandidate", "check_gemm", "compose_epilogue", "cupy",
+           "finish_epilogue", "gemm_output"]

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from arbiter.candidates import register
 from arbiter.candidates.gpu_templates.gemm_tiled import GemmTiled as GemmTiledTemplate
-from arbiter.candidates.nvidia._cuda import NvidiaCandidate
+from arbiter.candidates.nvidia._cuda import CupyEpilogue, NvidiaCandidate
 
 
-class GemmTiled(NvidiaCandidate, GemmTiledTemplate):
+class GemmTiled(NvidiaCandidate, CupyEpilogue, GemmTiledTemplate):
     name = "gemm_tiled"
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from arbiter.candidates import register
 from arbiter.candidates.gpu_templates.gemv import Gemv as GemvTemplate
-from arbiter.candidates.nvidia._cuda import NvidiaCandidate
+from arbiter.candidates.nvidia._cuda import CupyEpilogue, NvidiaCandidate
 
 
-class Gemv(NvidiaCandidate, GemvTemplate):
+class Gemv(NvidiaCandidate, CupyEpilogue, GemvTemplate):
     name = "gemv_warp"
 
 
