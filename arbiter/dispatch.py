@@ -342,7 +342,7 @@ def _install(decision_key, candidate, params, chosen_by: ChosenBy, env, counter:
 def _may_capture(region) -> bool:
     """Whether a capture of this key can follow: a CUDA graph needs torch (``arbiter.capture`` and
     ``torch.cuda.graph`` alike), so a process that has not imported it never prepares stand-ins."""
-    return region.target != "cpu" and ("torch" in sys.modules or _state.for_capture > 0)
+    return targets.get(region.target).captures_graphs and ("torch" in sys.modules or _state.for_capture > 0)
 
 
 def _prepare_capture(route: Route, region, decision=None) -> None:
@@ -540,7 +540,7 @@ def tune_mode(region) -> TimingMode:
     host work overlapping the previous kernel; small problems are host-bound); a sequence ``arbiter.capture``
     records replays with no host work between kernels, so ``device`` time decides there. On the CPU the
     modes coincide: ``device``."""
-    if _state.for_capture > 0 or region.target == "cpu":
+    if _state.for_capture > 0 or targets.get(region.target).host_clock:
         return TimingMode.DEVICE
     return TimingMode.STREAM
 

@@ -80,47 +80,11 @@ def _torch():
     return torch
 
 
-@contextlib.contextmanager
 def _cupy_follows_torch(torch, allocate: bool):
-    """CuPy's current stream is torch's current one; with ``allocate``, CuPy allocates from torch's caching
-    allocator on it (inside ``torch.cuda.graph``: the graph's private pool). No-op without CuPy."""
+    """The kernel arrays of the target serving torch's CUDA tensors follow torch's current stream, and with
+    ``allocate`` its caching allocator (inside ``torch.cuda.graph``: the graph's private pool):
+    ``Target.follow_torch``. No-op where no target serves them, or its arrays are torch's own."""
     from arbiter import targets
 
-    if targets.get("nvidia").available() is not True or targets.get("nvidia").arrays != "cupy":  # type: ignore[attr-defined]
-        yield
-        return
-    import cupy as cp
-
-    stream = cp.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream)
-    before = cp.cuda.get_allocator()
-    with stream:
-        if allocate:
-            cp.cuda.set_allocator(_torch_allocator(torch, cp))
-        try:
-            yield
-        finally:
-            cp.cuda.set_allocator(before)
-
-
-def _torch_allocator(torch, cp):
-    device = torch.cuda.current_device()
-
-    def allocate(size: int):
-        if size == 0:
-            return cp.cuda.MemoryPointer(cp.cuda.Memory(0), 0)
-        ptr = torch.cuda.caching_allocator_alloc(size, device, torch.cuda.current_stream())
-        return cp.cuda.MemoryPointer(cp.cuda.UnownedMemory(ptr, size, _TorchBlock(torch, ptr)), 0)
-
-    return allocate
-
-
-class _TorchBlock:
-    """Owner of one block from torch's caching allocator: given back when the last CuPy array on it dies."""
-
-    __slots__ = ("free", "ptr")
-
-    def __init__(self, torch, ptr: int):
-        self.free, self.ptr = torch.cuda.caching_allocator_delete, ptr
-
-    def __del__(self):
-        self.free(self.ptr)
+    serving = targets.serving_torch("cuda")
+    return contextlib.nullcontext() if serving is None else serving.follow_torch(torch, allocate)

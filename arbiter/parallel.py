@@ -24,9 +24,8 @@ import time
 import traceback
 from dataclasses import dataclass, field
 
+from arbiter import targets
 from arbiter.errors import WorkersDied
-
-VISIBLE = {"nvidia": "CUDA_VISIBLE_DEVICES", "rocm": "HIP_VISIBLE_DEVICES"}
 
 
 @dataclass
@@ -42,8 +41,13 @@ class Outcome:
 
 
 def _worker(wid, device, target, tasks, results, mode, isolate, budget_s, timing_lock):
-    if device is not None and target in VISIBLE:
-        os.environ[VISIBLE[target]] = str(device)  # before any GPU library is imported in this process
+    try:
+        visible = targets.get(target).visible_devices
+    except Exception as exc:  # an unknown target: reported as the environment's failure below would be
+        results.put(("dead", wid, None, f"could not start: {type(exc).__name__}: {exc}"))
+        return
+    if device is not None and visible is not None:
+        os.environ[visible] = str(device)  # before any GPU library is imported in this process
     from arbiter import dispatch
     from arbiter import env as envmod
     from arbiter.isolate import Isolated

@@ -115,7 +115,8 @@ class Region(metaclass=Memoized):
         # region's operands: torch candidates run on them as they are, and CuPy views are made only
         # when a CuPy kernel runs (``cupy_views``). A torch tensor among a CuPy caller's arrays is
         # viewed now.
-        torch_cuda = native is array and back is not None and name == "nvidia"
+        # (only a GPU target's adopt keeps the array itself and converts results back: torch CUDA tensors)
+        torch_cuda = native is array and back is not None
         if target is None:
             self.torch_out = None
             self.torch_in = {argument: array} if torch_cuda else None
@@ -123,9 +124,7 @@ class Region(metaclass=Memoized):
             if self.torch_in is not None:
                 self.torch_in[argument] = array
             else:
-                from arbiter.targets.nvidia import cupy_view
-
-                native = cupy_view(array)
+                native = targets.get(name).caller_view(array)
         dtype = dtype_name(native.dtype)
         if dtype not in self.dtypes:
             order = getattr(native.dtype, "byteorder", "=")
@@ -255,9 +254,7 @@ class Region(metaclass=Memoized):
 
     def _new_out(self, shape, dtype: str):
         if self.torch_in is not None:
-            from arbiter.targets.nvidia import torch_empty
-
-            native, tensor = torch_empty(shape, dtype, next(iter(self.torch_in.values())))
+            native, tensor = targets.get(self.target).caller_empty(shape, dtype, next(iter(self.torch_in.values())))
             self.torch_out = (native, tensor)
             return native
         return _empty_like_target(self.target, shape, dtype)
@@ -266,10 +263,9 @@ class Region(metaclass=Memoized):
         """A torch caller's region with CuPy views in place of its tensors (what a CuPy kernel needs).
 
         Views are built from the tensors' pointers (no DLPack), only when a non-torch kernel runs."""
-        from arbiter.targets.nvidia import cupy_view
-
+        as_kernel = targets.get(self.target).caller_view
         clone = self.with_out(self.out)
-        views = {name: cupy_view(t) for name, t in self.torch_in.items()}  # type: ignore[union-attr]  # a torch caller's region: torch_in is set
+        views = {name: as_kernel(t) for name, t in self.torch_in.items()}  # type: ignore[union-attr]  # a torch caller's region: torch_in is set
         for name, view in views.items():
             if name.startswith("ops["):
                 continue
@@ -335,15 +331,7 @@ def _check_broadcast_size(argument: str, array) -> None:
 
 
 def _empty_like_target(target: str, shape, dtype: str):
-    if target == "cpu":
-        return np.empty(shape, dtype=_np(dtype))
     return targets.get(target).empty(shape, dtype)
-
-
-def _np(dtype: str):
-    from arbiter.targets.cpu import np_dtype
-
-    return np_dtype(dtype)
 
 
 def random_operand(target: str, shape, dtype: str, layout: str, rng, scale: float = 1.0):
@@ -364,9 +352,9 @@ def random_operand(target: str, shape, dtype: str, layout: str, rng, scale: floa
         wide = tuple(shape[:-1]) + (max(1, shape[-1] * 2),)
         return _buffer(target, wide, dtype, scale, rng)[..., ::2][..., : shape[-1]]
     order = "F" if layout == "C" else "C"
-    drawn = _device_draw(target, shape, dtype, scale, rng)
+    drawn = _device_draw(target, shape, dtype, scale, rng, order)
     if drawn is not None:
-        return drawn if order == "C" else _cupy().asfortranarray(drawn)
+        return drawn
     return t.from_host(_normal(rng, shape, dtype, scale), dtype, order=order)
 
 
@@ -380,28 +368,13 @@ def _buffer(target: str, shape, dtype: str, scale: float, rng):
 _ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "complex64": 8, "complex128": 16}
 
 
-def _cupy():
-    import cupy
-
-    return cupy
-
-
-def _device_draw(target: str, shape, dtype: str, scale: float, rng):
-    """Large real operands for the nvidia target with CuPy are drawn on the device (CuPy's generator, seeded from
-    ``rng``): uniform of variance ``scale**2``, as ``_normal`` draws them on the host above UNIFORM_ABOVE.
+def _device_draw(target: str, shape, dtype: str, scale: float, rng, order: str = "C"):
+    """Large real operands are drawn on the device where the target can (``Target.device_draw``: the nvidia
+    target with CuPy), uniform of variance ``scale**2`` as ``_normal`` draws them on the host above UNIFORM_ABOVE.
     None where the host draws (other targets, small or complex operands)."""
-    if target != "nvidia" or math.prod(shape) <= UNIFORM_ABOVE or dtype.startswith("complex"):
+    if math.prod(shape) <= UNIFORM_ABOVE or dtype.startswith("complex"):
         return None
-    if targets.get(target).arrays != "cupy":  # type: ignore[attr-defined]  # the nvidia target's; torch: host draw
-        return None
-    cp = _cupy()
-    gen = cp.random.default_rng(int(rng.integers(0, 2**63 - 1)))
-    kind = np.float64 if dtype == "float64" else np.float32
-    u = gen.random(shape, dtype=kind)
-    u *= 2 * _SQRT3 * scale
-    u -= _SQRT3 * scale
-    # only the nvidia target draws here, and it names its numpy dtypes (bfloat16 through ml_dtypes)
-    return u if dtype in ("float32", "float64") else u.astype(targets.get(target).np_dtype(dtype))  # type: ignore[attr-defined]
+    return targets.get(target).device_draw(shape, dtype, scale, rng, order)
 
 
 # Above this many elements, operands are drawn uniform on [-sqrt(3), sqrt(3)) (mean 0, variance 1, as the

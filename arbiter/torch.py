@@ -90,7 +90,8 @@ def _takes_bfloat16(device_type: str) -> bool:
     CuPy >= 14 with ml_dtypes has)."""
     found = _native_bf16.get(device_type)
     if found is None:
-        found = device_type == "cuda" and targets.get("nvidia").bfloat16() is not None  # type: ignore[attr-defined]  # the nvidia target's
+        serving = targets.serving_torch(device_type)
+        found = serving is not None and serving.native_bfloat16()
         _native_bf16[device_type] = found
     return found
 

@@ -23,7 +23,7 @@ import time
 
 import numpy as np
 
-from arbiter import select
+from arbiter import select, targets
 from arbiter.errors import NoCandidateError
 from arbiter.select import Status
 from arbiter.solution import ChosenBy, Solution, TimingMode
@@ -115,7 +115,8 @@ def tune_region(region, store, *, mode: str = TimingMode.DEVICE, budget_s: float
         else:
             cap = 1.0 if budget_s is None else max(0.05, budget_s / max(1, sum(r.status == Status.PASSED
                                                                                for r in decision.rows)))
-            modes = [mode] if region.target == "cpu" else list(TimingMode)  # GPUs: device, latency, stream
+            target = targets.get(region.target)
+            modes = [mode] if target.host_clock else list(TimingMode)  # GPUs: device, latency, stream
             # Time the tier default first, so early screening has a baseline from the start.
             order = distinct_launches([decision.winner] + [r for r in decision.rows
                                                            if r.status == Status.PASSED and r is not decision.winner],
@@ -125,7 +126,7 @@ def tune_region(region, store, *, mode: str = TimingMode.DEVICE, budget_s: float
                 retime = functools.partial(_retime, region=region, runner=runner, mode=mode, cap=cap,
                                            records=records)
                 pair = (functools.partial(_decide_paired, region=region, runner=runner, cap=cap, records=records)
-                        if region.target == "cpu" and hasattr(runner, "interleave") else None)
+                        if target.host_cores and hasattr(runner, "interleave") else None)
                 try:
                     decision = _decide_by_time(decision, order, records, region, store, retime, pair)
                 except NoCandidateError as exc:  # every solution crashed while timed: keep their failed verdicts
@@ -168,8 +169,9 @@ def _measure(runner, row, region, **kwargs):
 def _time_rows(order, region, store, env, runner, mode, cap, modes, progress) -> list[MeasurementRecord]:
     """Time each row (screening against the best so far); rows that crash are failed persistently."""
     records, best, previous = [], None, None
+    target = targets.get(region.target)
     for row in order:
-        if region.target == "cpu" and previous is not None and _spins_after(previous):
+        if target.host_cores and previous is not None and _spins_after(previous):
             _settle(BLAS_SETTLE_S)
         previous = row
         m = _measure(runner, row, region, mode=mode, time_cap_s=cap, best_so_far=best)
@@ -177,7 +179,7 @@ def _time_rows(order, region, store, env, runner, mode, cap, modes, progress) ->
             _crashed_while_timing(row, region, store, env, getattr(m, "reason", str(m)))
             continue
         mine = [_record(row, m, region.dims)]
-        if region.target == "cpu":  # one run serves both modes on the CPU (see arbiter.timing)
+        if target.host_clock:  # one run serves both modes on the host clock (see arbiter.timing)
             mine.append(_record(row, Measurement(**{**m.__dict__, "mode": TimingMode.LATENCY}), region.dims))
         else:
             crashed = None
@@ -307,7 +309,7 @@ def _retime(rows, *, region, runner, mode, cap, records, settle=True) -> None:
         if not isinstance(m, Measurement):
             continue  # it ran before; a crash now keeps the first timing (the gate verdict stands)
         row.timing = m
-        modes = (mode, TimingMode.LATENCY) if region.target == "cpu" else (mode,)
+        modes = (mode, TimingMode.LATENCY) if targets.get(region.target).host_clock else (mode,)
         records[:] = [r for r in records if not (r.solution == row.solution and r.mode in modes)]
         records.extend(_record(row, Measurement(**{**m.__dict__, "mode": each}), region.dims) for each in modes)
 

@@ -409,7 +409,7 @@ class Tally:
             return self.reason
         xp = array_module(ref)
         if array_module(y) is not xp:
-            y = np.asarray(targets.get("nvidia").to_host(y)) if xp is np else xp.asarray(y)
+            y = np.asarray(targets.to_host(y)) if xp is np else xp.asarray(y)
         if y.shape != ref.shape:
             self.reason = f"output shape {tuple(y.shape)} should be {tuple(ref.shape)}"
             return self.reason
@@ -705,7 +705,8 @@ def _freivalds_covers(region) -> bool:
 def check_output(region, y, budget: Budget, rng, full: bool = False) -> tuple[str, float, float]:
     """Compare candidate output ``y`` with the float64 oracle of (pristine) ``region`` at about one run's cost;
     ``full``: the whole float64 reference even for a large product."""
-    with oracles.on_device(), (_one_blas_thread() if region.target == "cpu" else contextlib.nullcontext()):
+    with oracles.on_device(), (_one_blas_thread() if targets.get(region.target).host_cores
+                               else contextlib.nullcontext()):
         kind = op_kind(region.op)
         big = _cost(region.dims) > CHEAP_CHECK_WORK and not full
         if big and kind.product is not None and len(y.shape) == 2:

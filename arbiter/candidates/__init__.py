@@ -27,7 +27,7 @@ import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from arbiter import gate
+from arbiter import gate, targets
 from arbiter.keys import params_id as params_id  # re-exported: the solution index's text, beside the candidates
 from arbiter.memo import Memo
 from arbiter.store import set_tier_lookup
@@ -119,10 +119,8 @@ def run_for_torch(candidate, params, region):
     stream too, so it stays in order with the caller's torch work."""
     if getattr(candidate, "torch_native", False):
         return candidate.run(region, params)
-    from arbiter.targets.nvidia import torch_stream  # only for a torch caller, whose tensors may be on CUDA
-
     views = region.cupy_views()
-    stream = torch_stream()
+    stream = targets.get(region.target).caller_stream()
     if stream is None:
         result = candidate.run(views, params)
     else:
@@ -538,7 +536,7 @@ class CandidateRegistry:
         return self._by_target_op.get((target, op), {}).get(name)
 
     def all(self) -> list[Candidate]:
-        for target in ("cpu", "nvidia", "rocm"):
+        for target in targets.names():
             self.load_builtin(target)
         return [c for group in self._by_target_op.values() for c in group.values()]
 

@@ -42,6 +42,8 @@ def array_module(array):
 
 def host64(region, array) -> np.ndarray:
     """Any operand of ``region`` as a float64 array: on the host, or on its device within ``on_device()``."""
-    if getattr(_mode, "device", False) and region.target != "cpu" and array_module(array) is not np:
-        return array.astype(np.float64)
+    if getattr(_mode, "device", False):
+        wide = targets.get(region.target).device_float64(array)
+        if wide is not None:
+            return wide
     return np.asarray(targets.get(region.target).to_host(array), dtype=np.float64)

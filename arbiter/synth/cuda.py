@@ -5,7 +5,7 @@
   ``arb_epilogue`` function that the GEMM template's store calls. The chain runs on the float
   accumulator in registers, before the one rounding to the output type: no extra pass over C.
   The template is ``gemm_tiled.cu`` (CUDA cores) for float32 and ``gemm_mma.cu`` (tensor cores)
-  for float16/bfloat16, both in ``arbiter/candidates/nvidia/``.
+  for float16/bfloat16, both in ``arbiter/candidates/gpu_templates/``.
 * ``row_kernel(op, dtype, cols, vec)``: a fused row kernel generated from the op's row program
   (reductions and maps over a register-resident row, ``ROW_PROGRAMS``), specialised on the exact
   column count, so the thread shape and trip counts are compile-time constants.

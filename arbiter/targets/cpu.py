@@ -69,6 +69,10 @@ def cpu_model() -> tuple[str, str]:
 
 class CpuTarget(Target):
     name = "cpu"
+    host_clock = True  # the CPU is the device: the host clock times it, all modes alike
+    host_cores = True
+    captures_graphs = False
+    torch_device = "cpu"
 
     def available(self):
         return True

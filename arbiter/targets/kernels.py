@@ -1,7 +1,7 @@
 """The kernel backend of a GPU target: kernel text from the shared templates, compiled and cached.
 
 Both GPU targets compile the same readable ``.cu``/``.cuh`` templates (shipped beside the NVIDIA candidates,
-``arbiter/candidates/nvidia/``, package data). A kernel's source is its element type and parameters as
+``arbiter/candidates/gpu_templates/``, package data). A kernel's source is its element type and parameters as
 ``#define`` lines, the target's *dialect* prelude (nothing for CUDA; ``portable.cuh`` for HIP), ``common.cuh``,
 an optional prelude of the caller's (a generated epilogue), then the template files: the compiled text, and its
 hash, say exactly what ran. A ``KernelBackend`` is that recipe plus the target's compiler and its caches (by
@@ -24,7 +24,7 @@ from typing import Any
 from arbiter import targets
 from arbiter.memo import Memo
 
-TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "candidates" / "nvidia"
+TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "candidates" / "gpu_templates"
 DTYPE_MACRO = {"float32": "ARB_F32", "float16": "ARB_F16", "bfloat16": "ARB_BF16"}
 VEC16 = {"float32": 4, "float16": 8, "bfloat16": 8}  # elements per 16-byte load
 

@@ -11,7 +11,9 @@ Neither library is imported at module load, so this module imports on machines w
 """
 from __future__ import annotations
 
+import contextlib
 import functools
+import math
 import sys
 import time
 
@@ -20,6 +22,8 @@ import numpy as np
 from arbiter.errors import TargetUnavailable
 from arbiter.memo import Memo
 from arbiter.targets import Target, Timer
+
+_SQRT3 = math.sqrt(3.0)
 
 # Header-free on purpose: NVRTC must work without the CUDA toolkit's include files.
 _PROBE_SOURCE = r"""
@@ -95,6 +99,8 @@ def torch_reason() -> bool | str:
 
 class NvidiaTarget(Target):
     name = "nvidia"
+    visible_devices = "CUDA_VISIBLE_DEVICES"
+    torch_device = "cuda"
 
     def __init__(self):
         self._available: bool | str | None = None
@@ -160,6 +166,53 @@ class NvidiaTarget(Target):
             self.available()
             self._bf16 = _bfloat16_dtype()
         return self._bf16
+
+    def native_bfloat16(self) -> bool:
+        return self.bfloat16() is not None
+
+    def caller_view(self, array):
+        return cupy_view(array)
+
+    def caller_empty(self, shape, dtype, like):
+        return torch_empty(shape, dtype, like)
+
+    def caller_stream(self):
+        return torch_stream()
+
+    def device_float64(self, array):
+        return array.astype(np.float64) if type(array).__module__.split(".", 1)[0] == "cupy" else None
+
+    def device_draw(self, shape, dtype, scale, rng, order="C"):
+        """With CuPy, CuPy's generator seeded from ``rng`` (uniform on [-sqrt(3), sqrt(3)) times ``scale``);
+        with torch alone, None: the host draws."""
+        if self.arrays != "cupy":
+            return None
+        cp = cupy_module()
+        gen = cp.random.default_rng(int(rng.integers(0, 2**63 - 1)))
+        kind = np.float64 if dtype == "float64" else np.float32
+        u = gen.random(shape, dtype=kind)
+        u *= 2 * _SQRT3 * scale
+        u -= _SQRT3 * scale
+        drawn = u if dtype in ("float32", "float64") else u.astype(self.np_dtype(dtype))
+        return drawn if order == "C" else cp.asfortranarray(drawn)
+
+    @contextlib.contextmanager
+    def follow_torch(self, torch, allocate: bool):
+        """CuPy's current stream is torch's current one; with ``allocate``, CuPy allocates from torch's caching
+        allocator on it (inside ``torch.cuda.graph``: the graph's private pool). No-op without CuPy."""
+        if self.available() is not True or self.arrays != "cupy":
+            yield
+            return
+        cp = cupy_module()
+        stream = cp.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream)
+        before = cp.cuda.get_allocator()
+        with stream:
+            if allocate:
+                cp.cuda.set_allocator(_torch_allocator(torch, cp))
+            try:
+                yield
+            finally:
+                cp.cuda.set_allocator(before)
 
     def np_dtype(self, name: str) -> np.dtype:
         if name == "bfloat16":
@@ -278,6 +331,30 @@ def _torch():
     import torch
 
     return torch
+
+
+def _torch_allocator(torch, cp):
+    device = torch.cuda.current_device()
+
+    def allocate(size: int):
+        if size == 0:
+            return cp.cuda.MemoryPointer(cp.cuda.Memory(0), 0)
+        ptr = torch.cuda.caching_allocator_alloc(size, device, torch.cuda.current_stream())
+        return cp.cuda.MemoryPointer(cp.cuda.UnownedMemory(ptr, size, _TorchBlock(torch, ptr)), 0)
+
+    return allocate
+
+
+class _TorchBlock:
+    """Owner of one block from torch's caching allocator: given back when the last CuPy array on it dies."""
+
+    __slots__ = ("free", "ptr")
+
+    def __init__(self, torch, ptr: int):
+        self.free, self.ptr = torch.cuda.caching_allocator_delete, ptr
+
+    def __del__(self):
+        self.free(self.ptr)
 
 
 def _torch_dtype(name: str):

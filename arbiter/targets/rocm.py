@@ -301,6 +301,7 @@ class Kernel:
 # -- the target -----------------------------------------------------------------------------------
 class RocmTarget(Target):
     name = "rocm"
+    visible_devices = "HIP_VISIBLE_DEVICES"
 
     def __init__(self):
         self._available: bool | str | None = None

@@ -8,20 +8,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from arbiter import layouts
 from arbiter.candidates.gpu import GpuCandidate
+from arbiter.candidates.gpu_templates.gemm import IDENTITY_EPILOGUE, check_gemm
 from arbiter.memo import Memo
 from arbiter.synth import ACTIVATIONS
 from arbiter.synth.cuda import NAN_MAX, cuda_expression
 from arbiter.targets import nvrtc
 from arbiter.targets.nvidia import cupy_module as cupy
-
-IDENTITY_EPILOGUE = """\
-// No fused epilogue: the root op's value as it is (the candidate composes any epilogue afterwards).
-__device__ __forceinline__ float arb_epilogue(float v, int row, int col, const T* __restrict__ bias,
-                                              const T* __restrict__ residual, long long ldr) { return v; }
-"""
-
 
 _epilogues: Memo = Memo()
 
@@ -75,10 +68,15 @@ class NvidiaCandidate(GpuCandidate):
     backend = nvrtc.BACKEND
 
 
-def check_gemm(region, dtypes) -> bool | str:
-    """What every emitted/synthesized GEMM needs: a supported dtype and C-contiguous a and b."""
-    if region.dtype not in dtypes:
-        return f"dtype {region.dtype} is not one of {', '.join(dtypes)}"
-    if region.layout[:2] != "RR":
-        return f"needs C-contiguous a and b (layout RR), got {region.layout[:2]}; the vendor candidates serve others"
-    return layouts.packed_reason(region)  # the fused epilogue reads bias and residual as packed arrays
+class CupyEpilogue:
+    """Mixed into the nvidia registration of a GEMM template (before it): the fused epilogue composed with CuPy."""
+
+    def gemm_output(self, region, out) -> tuple:
+        return gemm_output(region, out)
+
+    def finish_epilogue(self, region, buffer, out) -> None:
+        finish_epilogue(region, buffer, out)
+
+
+__all__ = ["IDENTITY_EPILOGUE", "CupyEpilogue", "NvidiaCandidate", "check_gemm", "compose_epilogue", "cupy",
+           "finish_epilogue", "gemm_output"]

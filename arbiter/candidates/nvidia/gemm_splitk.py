@@ -11,6 +11,7 @@ import numpy as np
 
 from arbiter.candidates import Tier, register
 from arbiter.candidates.gpu import row_stride
+from arbiter.candidates.gpu_templates.gemm_tiled import launch_tiled, tiled_kernel
 from arbiter.candidates.nvidia._cuda import (
     IDENTITY_EPILOGUE,
     NvidiaCandidate,
@@ -19,7 +20,6 @@ from arbiter.candidates.nvidia._cuda import (
     finish_epilogue,
     gemm_output,
 )
-from arbiter.candidates.nvidia.gemm_tiled import launch_tiled, tiled_kernel
 from arbiter.targets.nvrtc import kernel
 
 # (BM, BN, BK, TM, TN, splits)
@@ -58,7 +58,7 @@ class GemmSplitK(NvidiaCandidate):
         per = max(bk, -(-per // bk) * bk)  # whole K slices per split
         splits = -(-k // per)
         partial = cp.empty((splits, m, n), dtype=np.float32)
-        gemm = tiled_kernel(region.dtype, tile, IDENTITY_EPILOGUE, split_k=True)
+        gemm = tiled_kernel(region.dtype, tile, IDENTITY_EPILOGUE, split_k=True, load_kernel=kernel)
         launch_tiled(gemm, tile, region, out, out, out, 0, splits=splits, k_per_split=per, partial=partial)
         buf, extra = gemm_output(region, out)
         reduce = kernel("splitk_reduce", region.dtype, ("splitk_reduce.cu",), extra, IDENTITY_EPILOGUE)

@@ -11,9 +11,9 @@ import inspect
 
 from arbiter import synth
 from arbiter.candidates import Tier, register
+from arbiter.candidates.gpu_templates.gemm_tiled import launch_tiled
 from arbiter.candidates.nvidia._cuda import NvidiaCandidate, check_gemm
 from arbiter.candidates.nvidia.gemm_mma import cp_async_path, fit_ring, launch_mma, shared_limit, with_shared_memory
-from arbiter.candidates.nvidia.gemm_tiled import launch_tiled
 from arbiter.synth import cuda as synth_cuda
 
 TILES = {  # per size: (float32 gemm_tiled tile, half-precision gemm_mma tile: BM, BN, BK, WM, WN, STAGES)

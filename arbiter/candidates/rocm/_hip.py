@@ -1,6 +1,6 @@
 """What the ROCm candidates share: their base class and the declined epilogue.
 
-Compile and kernel cache are the target's (``arbiter.targets.hiprtc``: the NVIDIA templates with ``portable.cuh``
+Compile and kernel cache are the target's (``arbiter.targets.hiprtc``: the shared GPU templates with ``portable.cuh``
 as their dialect). Nothing touches hip-python at import: candidates register, and list their reasons, without ROCm.
 """
 from __future__ import annotations
@@ -19,9 +19,10 @@ def no_epilogue(region) -> bool | str:
 class RocmCandidate(GpuCandidate):
     """Base of the ROCm candidates: the rocm target, its hiprtc backend (float32 kernels), declined epilogues.
 
-    An emitted GEMM's candidate is the nvidia one reused: ``class RocmGemv(RocmCandidate, Gemv)`` with a ``name``
-    keeps Gemv's param_space, applies_to and launch, and takes from this class (first in the MRO) the target,
-    the backend, its dtypes and the declined epilogues. (Row kernels are table entries: ``rocm/rows.py``.)
+    An emitted GEMM's candidate is the shared template (``candidates/gpu_templates``) reused:
+    ``class RocmGemv(RocmCandidate, Gemv)`` with a ``name`` keeps Gemv's param_space, applies_to and launch, and
+    takes from this class (first in the MRO) the target, the backend, its dtypes and the declined epilogues.
+    (Row kernels are table entries: ``rocm/rows.py``.)
     """
 
     target = "rocm"

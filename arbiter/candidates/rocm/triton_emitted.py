@@ -1,4 +1,4 @@
-"""Emitted Triton kernels on AMD GPUs: the nvidia target's Triton GEMM (epilogues fused) and fused SwiGLU, the same
+"""Emitted Triton kernels on AMD GPUs: the shared Triton GEMM (epilogues fused) and fused SwiGLU, the same
 templates (``candidates/_triton_kernels.py``) compiled by Triton's HIP backend.
 
 Available where the rocm target is and Triton's active driver is HIP (a ROCm build of PyTorch beside Triton:
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from arbiter import targets
 from arbiter.candidates import register
-from arbiter.candidates.nvidia.triton_gated import TritonGated
-from arbiter.candidates.nvidia.triton_matmul import TritonMatmul
+from arbiter.candidates.gpu_templates.triton_gated import TritonGated
+from arbiter.candidates.gpu_templates.triton_matmul import TritonMatmul
 from arbiter.memo import Memo
 
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from arbiter.candidates import REGISTRY, Tier, gpu_triton
-from arbiter.candidates.nvidia import triton_gated, triton_matmul
+from arbiter.candidates.gpu_templates import triton_gated, triton_matmul
 from arbiter.memo import Memo
 from arbiter.regions import Gated, Matmul
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from arbiter.candidates import REGISTRY
-from arbiter.candidates.nvidia import triton_gated, triton_matmul
+from arbiter.candidates.gpu_templates import triton_gated, triton_matmul
 from arbiter.regions import Gated, Matmul
 from gpu_support import check_builtin_solution, gpu_available, requires_gpu
 

@@ -36,7 +36,7 @@ def preprocess(source: str, *defines: str) -> str:
 
 @pytest.mark.parametrize("files, defines", KERNELS)
 def test_hip_expansion_has_no_cuda_only_constructs(files, defines):
-    from arbiter.candidates.nvidia._cuda import IDENTITY_EPILOGUE
+    from arbiter.candidates.gpu_templates.gemm import IDENTITY_EPILOGUE
 
     prelude = IDENTITY_EPILOGUE if files[0].startswith(("gemm", "gemv")) else ""
     text = preprocess(HIP.source("float32", dict(defines), files, prelude),

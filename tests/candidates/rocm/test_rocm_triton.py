@@ -13,7 +13,7 @@ import pytest
 
 import rocm_fake
 from arbiter.candidates import REGISTRY, gpu_triton
-from arbiter.candidates.nvidia import triton_gated, triton_matmul
+from arbiter.candidates.gpu_templates import triton_gated, triton_matmul
 from arbiter.regions import Gated, Matmul
 from arbiter.targets import rocm
 
