@@ -23,10 +23,12 @@ def cannot_run(script: str, why_torch: str = "") -> bool:
     return False
 
 
-def host_us(call, n: int, *, warmup: int = 20, rounds: int = 3, sync=None) -> float:
+def host_us(call, n: int, *, warmup: int = 20, rounds: int = 3, sync=None, queued: bool = False) -> float:
     """Host microseconds per call of ``call``: ``n`` calls back to back and one device synchronize, best of
     ``rounds`` after ``warmup`` calls (the regime of a host-bound loop, where the GPU keeps up). ``sync``: the
-    device synchronize to use (torch's by default; a CuPy-only measurement passes CuPy's)."""
+    device synchronize to use (torch's by default; a CuPy-only measurement passes CuPy's). ``queued``: the
+    synchronize falls outside the timing (the launch queue holds the ``n`` calls), so the host cost alone is
+    timed even where a kernel is slower than its launch (timed inside, the device's time would be measured)."""
     import time
 
     if sync is None:
@@ -41,8 +43,11 @@ def host_us(call, n: int, *, warmup: int = 20, rounds: int = 3, sync=None) -> fl
         t0 = time.perf_counter_ns()
         for _ in range(n):
             call()
-        sync()
+        if not queued:
+            sync()
         best = min(best, (time.perf_counter_ns() - t0) / n / 1e3)
+        if queued:
+            sync()
     return best
 
 

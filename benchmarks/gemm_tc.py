@@ -37,6 +37,8 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
+from _gpu import host_us
+
 PLAIN = [((4096, 4096, 4096), "float16"), ((4096, 4096, 4096), "bfloat16"), ((2048, 8192, 2048), "float16"),
          ((8192, 8192, 8192), "float16")]
 # A small K (8192x8192x512) is where a fused epilogue should pay most: the separate pass over C costs about
@@ -268,20 +270,9 @@ def _triton_label(tile) -> str:
 
 
 def enqueue_us(call, sync, n: int = 400, rounds: int = 7) -> float:
-    """Host microseconds per call with the device out of the picture: ``n`` calls timed without a synchronize (the
-    launch queue holds them), then one outside the timing; best of ``rounds``. (``_gpu.host_us`` synchronizes
-    inside its timing, so a kernel slower than its launch makes it measure the device.)"""
-    for _ in range(50):
-        call()
-    sync()
-    best = float("inf")
-    for _ in range(rounds):
-        t0 = time.perf_counter_ns()
-        for _ in range(n):
-            call()
-        best = min(best, (time.perf_counter_ns() - t0) / n / 1e3)
-        sync()
-    return best
+    """Host microseconds per call with the device out of the picture (``_gpu.host_us`` with ``queued``: the
+    synchronize outside the timing), best of ``rounds`` after 50 warm calls."""
+    return host_us(call, n, warmup=50, rounds=rounds, sync=sync, queued=True)
 
 
 def host_cost() -> dict:

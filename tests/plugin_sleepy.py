@@ -1,5 +1,6 @@
 """A plug-in for tests/test_cli_output.py (loaded through ARBITER_PLUGINS): a correct fft candidate that
-takes a second per call, so its gate is slow enough to get its own progress line."""
+takes 0.15 s per call, so its gate (about 40 calls on the test's key) outlasts the progress line's 2 s bound
+(``cli.output``'s ``SLOW_S``) and gets a line of its own. (It slept a second a call before: 40 s a gate.)"""
 import time
 
 import numpy as np
@@ -11,7 +12,7 @@ class SleepyFFT(Candidate):
     name, target, op, tier = "sleepy_fft", "cpu", "fft", Tier.EMITTED
 
     def run(self, region, params):
-        time.sleep(1.0)
+        time.sleep(0.15)
         out = region.alloc_out()
         np.copyto(out, np.fft.rfft(region.x, axis=-1) if region.kind == "r2c" else np.fft.fft(region.x, axis=-1),
                   casting="same_kind")

@@ -1,5 +1,7 @@
 """What a user sees from the CLI, run as a user runs it: a real process, stdout and stderr piped (no
-terminal), at ``COLUMNS=80`` unless said otherwise, on real registry files.
+terminal), at ``COLUMNS=80`` unless said otherwise, on real registry files. Where a test needs no plug-in and
+what a process does on start is not its point, the command runs in this process (Typer's ``CliRunner``, output
+captured the same way, no terminal): ``cli``; every command still runs as a real process here at least once.
 
 Covers: ``--db`` before or after the command; square brackets and Rich closing tags in keys, names,
 reasons and errors printed as they are in every command; tables that never cut a word; notes that say who
@@ -14,6 +16,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import traceback
 from pathlib import Path
 
 import pytest
@@ -43,6 +46,18 @@ def arbiter(*args, columns: str | None = "80", plugins: tuple[str, ...] = ()) ->
     """``arbiter ARGS`` in a new process, output piped."""
     return subprocess.run([sys.executable, "-m", "arbiter", *map(str, args)], capture_output=True, text=True,
                           timeout=600, env=_env(columns, plugins), cwd=ROOT)
+
+
+def cli(*args, columns: str | None = "80") -> subprocess.CompletedProcess:
+    """``arbiter ARGS`` in this process (Typer's ``CliRunner``), output captured (no terminal), no plug-ins; an
+    exception that escapes the command is in ``stderr`` as a traceback, as a process would print it."""
+    from arbiter.cli import app
+
+    done = CliRunner().invoke(app, [str(a) for a in args], env={"COLUMNS": columns, "ARBITER_PLUGINS": None})
+    err = done.stderr
+    if done.exception is not None and not isinstance(done.exception, SystemExit):
+        err += "".join(traceback.format_exception(done.exception))
+    return subprocess.CompletedProcess(["arbiter", *map(str, args)], done.exit_code, done.stdout, err)
 
 
 def ok(done: subprocess.CompletedProcess) -> str:
@@ -85,10 +100,10 @@ def test_db_is_taken_after_the_command_as_well_as_before(tmp_path):
     out = ok(arbiter("tune", "--db", db, *FFT_R2C))  # failed before with "No such option: --db"
     assert "AUTOTUNE fft 8x1000 float64 [kind=r2c]" in out.splitlines() and db.exists()
     before = json.loads(ok(arbiter("--db", db, "stats", "--json")))
-    after = json.loads(ok(arbiter("stats", "--json", "--db", db)))
+    after = json.loads(ok(cli("stats", "--json", "--db", db)))
     assert [s["key"] for s in before["solutions"]] == [s["key"] for s in after["solutions"]] == [FFT_KEY]
     other = tmp_path / "other.db"
-    both = json.loads(ok(arbiter("--db", other, "stats", "--json", "--db", db)))
+    both = json.loads(ok(cli("--db", other, "stats", "--json", "--db", db)))
     assert [s["key"] for s in both["solutions"]] == [FFT_KEY] and not other.exists()  # the one after wins
 
 
@@ -132,7 +147,7 @@ def test_explain_prints_names_reasons_and_errors_with_brackets(tmp_path):
     assert re.fullmatch(r"    reason / rel error at \S+: raised ValueError: boom \[/y\]", lines[failing + 2])
     assert "stored solution fft[/x]: policy tier" in lines
 
-    bad = arbiter("--db", db, "explain", "--op", "[/x]", "--shape", "1x1")  # a MarkupError traceback before
+    bad = cli("--db", db, "explain", "--op", "[/x]", "--shape", "1x1")  # a MarkupError traceback before
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     [line] = bad.stdout.splitlines()
     assert line.startswith("error: op: unknown op '[/x]'; known: attention, fft, ")
@@ -143,7 +158,7 @@ def test_import_conflicts_print_names_with_brackets(tmp_path):
     theirs = dispatched(tmp_path / "theirs.db", plugins=("plugin_brackets",))  # fft[/x] decided it there
     export = tmp_path / "theirs.json"
     ok(arbiter("--db", theirs, "export", export))
-    out = ok(arbiter("import", "--db", mine, export))  # a MarkupError traceback before
+    out = ok(cli("import", "--db", mine, export))  # a MarkupError traceback before
     conflicts = [line for line in out.splitlines() if line.startswith("conflict: ")]
     assert any(f"solution {FFT_KEY}" in c and "('scipy_fft', {})" in c and "('fft[/x]', {})" in c
                for c in conflicts), out
@@ -159,8 +174,8 @@ def test_list_env_and_help_keep_their_brackets():
     reason = targets.get("nvidia").available()
     if reason is not True and "kernel-arbiter[nvidia]" in reason:  # CuPy missing: the hint names the extra
         assert "install kernel-arbiter[nvidia]" in joined(out)
-        assert "install kernel-arbiter[nvidia]" in ok(arbiter("env", "--target", "nvidia"))
-    helped = ok(arbiter("tune", "--help"))
+        assert "install kernel-arbiter[nvidia]" in ok(cli("env", "--target", "nvidia"))
+    helped = ok(cli("tune", "--help"))
     assert "chain=mul[t]>relu, ...)." in helped and "[default: no-residual]" in joined(helped)
     assert all(len(line) <= 80 for line in helped.splitlines())
 
@@ -195,7 +210,7 @@ def test_tune_note_says_who_is_faster_and_whether_it_is_separated(tmp_path):
 
 def test_piped_output_follows_columns_and_is_wide_without_it(tmp_path):
     db = dispatched(tmp_path / "r.db")
-    narrow = ok(arbiter("--db", db, "stats", columns="100")).splitlines()
+    narrow = ok(cli("--db", db, "stats", columns="100")).splitlines()
     assert max(map(len, narrow)) <= 100
     wide = ok(arbiter("--db", db, "stats", columns=None)).splitlines()  # no terminal, no COLUMNS: a log
     assert max(map(len, wide)) > 100 and any(line.startswith("┏") for line in wide)
@@ -228,7 +243,7 @@ def test_an_unavailable_target_is_one_line_naming_the_failed_gate(tmp_path, args
     reason = targets.get(name).available()
     if reason is True:
         pytest.skip(f"{name} is available here")
-    done = arbiter("--db", tmp_path / "r.db", *args)
+    done = (arbiter if args[:3] == ("run", "--target", "rocm") else cli)("--db", tmp_path / "r.db", *args)  # 1 process
     assert done.returncode == 2 and "Traceback" not in done.stdout + done.stderr
     assert done.stdout.splitlines() == [f"error: target {name} is unavailable: {' '.join(reason.split())}"]
     gates = {"nvidia": ("CuPy does not import", "no CUDA device", "NVRTC"),

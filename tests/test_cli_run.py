@@ -66,3 +66,15 @@ def test_strict_lists_every_missing_key_and_the_command_that_fills_them(tmp_path
     again = arbiter_cli("--db", db, "run", "--policy", "strict", cwd=tmp_path)
     assert again.returncode == 0, again.stdout + again.stderr
     assert f"all {N} keys served from the registry: 0 verdicts and 0 timings computed" in again.stdout
+
+
+def test_strict_on_an_empty_registry_lists_every_key_and_the_command_that_fills_them(tmp_path):
+    """The short real-process run of ``arbiter run`` in the README's command (the two above are `slow`, run by
+    ``.ci/run``'s second step): ``--policy strict`` computes nothing, lists every quick-suite key and exits 2."""
+    db = str(tmp_path / "r.db")
+    strict = arbiter_cli("--db", db, "run", "--policy", "strict", cwd=tmp_path)
+    assert strict.returncode == 2, strict.stdout + strict.stderr
+    listed = [line for line in strict.stdout.splitlines() if line.startswith("  ") and "[cpu:" in line]
+    assert len(listed) == N, strict.stdout
+    assert strict.stdout.strip().splitlines()[-1].strip() == f"arbiter --db {db} tune --suite quick", strict.stdout
+    assert "Traceback" not in strict.stdout + strict.stderr

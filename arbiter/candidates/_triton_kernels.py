@@ -44,6 +44,17 @@ def _tile_ids(M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.co
 
 
 @triton.jit
+def _k_slice(ptrs, k_mask, step, EVEN_K: tl.constexpr):
+    """The K-slice of an operand at ``ptrs``, and the pointers advanced to the next (``step``: BLOCK_K times the
+    operand's K stride). The K tail, where ``k_mask`` is False, reads as zeros; EVEN_K (no tail) loads unmasked."""
+    if EVEN_K:
+        v = tl.load(ptrs)
+    else:
+        v = tl.load(ptrs, mask=k_mask, other=0.0)
+    return v, ptrs + step
+
+
+@triton.jit
 def gemm(a_ptr, b_ptr, c_ptr, bias_ptr, res_ptr, M, N, K,
          stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_rm, stride_rn,
          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
@@ -60,16 +71,10 @@ def gemm(a_ptr, b_ptr, c_ptr, bias_ptr, res_ptr, M, N, K,
     b_ptrs = b_ptr + rk[:, None] * stride_bk + (rn % N)[None, :] * stride_bn
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for kk in range(0, tl.cdiv(K, BLOCK_K)):
-        if EVEN_K:
-            a = tl.load(a_ptrs)
-            b = tl.load(b_ptrs)
-        else:
-            left = K - kk * BLOCK_K
-            a = tl.load(a_ptrs, mask=rk[None, :] < left, other=0.0)
-            b = tl.load(b_ptrs, mask=rk[:, None] < left, other=0.0)
+        left = K - kk * BLOCK_K
+        a, a_ptrs = _k_slice(a_ptrs, rk[None, :] < left, BLOCK_K * stride_ak, EVEN_K)
+        b, b_ptrs = _k_slice(b_ptrs, rk[:, None] < left, BLOCK_K * stride_bk, EVEN_K)
         acc = tl.dot(a, b, acc)
-        a_ptrs += BLOCK_K * stride_ak
-        b_ptrs += BLOCK_K * stride_bk
     in_n = rn < N
     mask = (rm < M)[:, None] & in_n[None, :]
     if HAS_BIAS:
@@ -99,20 +104,12 @@ def gated(x_ptr, wg_ptr, wu_ptr, out_ptr, M, N, K,
     acc_g = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     acc_u = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for kk in range(0, tl.cdiv(K, BLOCK_K)):
-        if EVEN_K:
-            x = tl.load(x_ptrs)
-            g = tl.load(g_ptrs)
-            u = tl.load(u_ptrs)
-        else:
-            left = K - kk * BLOCK_K
-            x = tl.load(x_ptrs, mask=rk[None, :] < left, other=0.0)
-            g = tl.load(g_ptrs, mask=rk[:, None] < left, other=0.0)
-            u = tl.load(u_ptrs, mask=rk[:, None] < left, other=0.0)
+        left = K - kk * BLOCK_K
+        x, x_ptrs = _k_slice(x_ptrs, rk[None, :] < left, BLOCK_K * stride_xk, EVEN_K)
+        g, g_ptrs = _k_slice(g_ptrs, rk[:, None] < left, BLOCK_K * stride_gk, EVEN_K)
+        u, u_ptrs = _k_slice(u_ptrs, rk[:, None] < left, BLOCK_K * stride_uk, EVEN_K)
         acc_g = tl.dot(x, g, acc_g)
         acc_u = tl.dot(x, u, acc_u)
-        x_ptrs += BLOCK_K * stride_xk
-        g_ptrs += BLOCK_K * stride_gk
-        u_ptrs += BLOCK_K * stride_uk
     y = acc_g / (1.0 + tl.exp(-acc_g)) * acc_u
     mask = (rm < M)[:, None] & (rn < N)[None, :]
     tl.store(out_ptr + rm[:, None] * stride_om + rn[None, :], y.to(out_ptr.dtype.element_ty), mask=mask)

@@ -31,6 +31,7 @@ import functools
 import importlib
 import inspect
 import threading
+from collections.abc import Sequence
 
 from arbiter.candidates import Candidate, Tier
 from arbiter.memo import Memo
@@ -233,6 +234,20 @@ class TritonCandidate(Candidate):
     triton_backend = "cuda"
     dtypes: tuple[str, ...] = ("float16", "bfloat16")
     plans: Memo
+    # The launch configurations tuning chooses among ({"tile": [BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, warps,
+    # stages]}), and the candidate that serves float32 instead (named in the reason float32 is declined).
+    tiles: Sequence[tuple[int, ...]] = ()
+    float32_by = ""
+
+    def param_space(self):
+        return [{"tile": list(t)} for t in self.tiles]
+
+    def applies_to(self, region):
+        ok = self.check_dtype(region)
+        if ok is not True and region.dtype == "float32" and self.float32_by:
+            # check_dtype gives True or a reason, never False
+            return f"{ok} (tensor cores would mean TF32, over the float32 budget; {self.float32_by} serves float32)"
+        return ok
 
     def available(self):
         ok = self.target_reason()

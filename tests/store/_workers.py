@@ -1,4 +1,4 @@
-"""Worker processes for the store tests (run as ``python _workers.py MODE DB INDEX``).
+"""Worker processes for the store tests (run as ``python _workers.py MODE DB INDEX [COUNT]``).
 
 They write through the real ``SqlStore`` into a real SQLite file. The keys use a
 made-up target (``lab``) so no target library is imported: the store records
@@ -35,10 +35,11 @@ def verdict(i: int) -> Verdict:
                    Budget(1e-5, 1e-4, 1e-4), False, 0.01)
 
 
-def concurrent(db: str, w: int) -> None:
+def concurrent(db: str, w: int, writes: int = WRITES) -> None:
+    """``writes`` of each kind (at least SHARED_KEYS, so that every worker writes every shared key)."""
     st = SqlStore(db)
     cand = LabCandidate()
-    for i in range(WRITES):
+    for i in range(writes):
         st.save_verdict(VerdictKey(cand.identity(), "{}", key(1000 * (w + 1) + i), ENV), verdict(i), cand)
         st.save_solution(SolutionRecord(key(1000 * (w + 1) + i), cand.name, cand.identity(), {"w": w}, "tier", ENV))
         if i < SHARED_KEYS:
@@ -50,7 +51,7 @@ COUNT_KEYS = 40  # counter rows every flusher touches, each process in its own o
 COUNT_BATCHES = 100
 
 
-def shuffled_counts(db: str, w: int) -> None:
+def shuffled_counts(db: str, w: int, batches: int = COUNT_BATCHES) -> None:
     """Flush counter batches touching the same rows as every other worker, in this worker's own random order
     (what ``dispatch.flush`` hands over: routes in the order this process first met its keys)."""
     import random
@@ -58,7 +59,7 @@ def shuffled_counts(db: str, w: int) -> None:
     st = SqlStore(db)
     rng = random.Random(w)
     cand = LabCandidate()
-    for _ in range(COUNT_BATCHES):
+    for _ in range(batches):
         order = list(range(COUNT_KEYS))
         rng.shuffle(order)
         st.add_counts([CountDelta(key(j), cand.name, "{}", ENV, hits=1, misses=1) for j in order])
@@ -78,9 +79,10 @@ def until_killed(db: str) -> None:
 
 if __name__ == "__main__":
     mode, db = sys.argv[1], sys.argv[2]
+    count = [int(sys.argv[4])] if len(sys.argv) > 4 else []  # writes or batches; the module's figure without
     if mode == "concurrent":
-        concurrent(db, int(sys.argv[3]))
+        concurrent(db, int(sys.argv[3]), *count)
     elif mode == "shuffled_counts":
-        shuffled_counts(db, int(sys.argv[3]))
+        shuffled_counts(db, int(sys.argv[3]), *count)
     else:
         until_killed(db)

@@ -17,48 +17,56 @@ from tests.store import _workers
 ROOT = Path(__file__).resolve().parents[2]
 WORKERS = str(Path(_workers.__file__))
 
-pytestmark = pytest.mark.slow  # a long multi-process load test: `.ci/run`'s slow step runs it (pytest -m slow)
+# The load tests run twice: short (few processes, few writes: the README's command) and long (eight processes at
+# the full count, marked `slow`: `.ci/run`'s second step, `pytest -m slow`).
+SLOW = pytest.mark.slow
+LOADS = [pytest.param(2, 25, id="short"), pytest.param(8, None, id="long", marks=SLOW)]
 
 
 def _env():
     return {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
 
 
-def test_eight_processes_writing_at_once_lose_nothing_and_never_see_locked(backend):
+def _workers_run(mode: str, db: str, procs: int, count: int | None, timeout: int) -> list[tuple[int, str]]:
+    """``procs`` worker processes of ``mode`` at once on ``db`` (``count``: writes or batches each, None for the
+    module's figure): each one's exit code and stderr."""
+    extra = [] if count is None else [str(count)]
+    running = [subprocess.Popen([sys.executable, WORKERS, mode, db, str(w), *extra], cwd=ROOT, env=_env(),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for w in range(procs)]
+    return [(p.wait(timeout=timeout), p.stderr.read()) for p in running]
+
+
+@pytest.mark.parametrize("procs, writes", LOADS)
+def test_processes_writing_at_once_lose_nothing_and_never_see_locked(backend, procs, writes):
     db = backend.new()
-    procs = [subprocess.Popen([sys.executable, WORKERS, "concurrent", db, str(w)], cwd=ROOT, env=_env(),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for w in range(8)]
-    results = [(p.wait(timeout=240), p.stderr.read()) for p in procs]
-    for rc, err in results:
+    for rc, err in _workers_run("concurrent", db, procs, writes, timeout=240):
         assert rc == 0, err
         assert "locked" not in err and "Traceback" not in err
     q = functools.partial(backend.query, db)
-    n = _workers.WRITES
-    assert q("select count(*) from verdicts") == [(8 * n,)]
+    n = writes or _workers.WRITES
+    assert q("select count(*) from verdicts") == [(procs * n,)]
     # n own keys per worker, plus the shared keys that every worker wrote: one row each.
-    assert q("select count(*) from solutions") == [(8 * n + _workers.SHARED_KEYS,)]
+    assert q("select count(*) from solutions") == [(procs * n + _workers.SHARED_KEYS,)]
     assert q("select count(*) from (select key, env from solutions group by key, env having count(*) > 1) d") \
         == [(0,)]
     # every shared key holds one worker's whole write (params and policy from the same transaction)
     assert q("select count(*) from solutions where policy = 'measured'") == [(_workers.SHARED_KEYS,)]
-    assert q("select count(*), min(hits), max(hits) from counters") == [(10, 8 * n, 8 * n)]
-    assert q("select sum(misses) from counters") == [(8 * n * 5,)]
+    assert q("select count(*), min(hits), max(hits) from counters") == [(10, procs * n, procs * n)]
+    assert q("select sum(misses) from counters") == [(procs * n * 5,)]
     assert SqlStore(db).integrity_check() == []
 
 
-def test_eight_flushers_touching_the_same_counters_in_different_orders_lose_no_count(backend):
+@pytest.mark.parametrize("procs, batches", LOADS)
+def test_flushers_touching_the_same_counters_in_different_orders_lose_no_count(backend, procs, batches):
     """Issue 20 item 1: on PostgreSQL, row locks taken in a different order per process deadlocked (511-735
     deadlocks in 8 writers, 3 of 8 died with ``RegistryError: deadlock detected``). Now every multi-row write
     takes its rows in one global order, and a deadlock that still happens is retried."""
     db = backend.new()
     SqlStore(db).close()  # the schema, once
-    procs = [subprocess.Popen([sys.executable, WORKERS, "shuffled_counts", db, str(w)], cwd=ROOT, env=_env(),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for w in range(8)]
-    results = [(p.wait(timeout=300), p.stderr.read()) for p in procs]
-    for rc, err in results:
+    for rc, err in _workers_run("shuffled_counts", db, procs, batches, timeout=300):
         assert rc == 0, err
         assert "Traceback" not in err and "deadlock" not in err
-    n = 8 * _workers.COUNT_BATCHES
+    n = procs * (batches or _workers.COUNT_BATCHES)
     assert backend.query(db, "select count(*), min(hits), max(hits), min(misses), max(misses) from counters") \
         == [(_workers.COUNT_KEYS, n, n, n, n)]
 
@@ -87,6 +95,7 @@ def test_sigkill_mid_write_leaves_a_sound_file_with_exactly_the_committed_rows(b
     assert len(st.load_measurements(_workers.key(0), _workers.ENV)) == _workers.MEASUREMENTS_PER_KEY
 
 
+@SLOW  # two whole-suite `arbiter run`s (test_cli_run's are slow too)
 def test_a_second_arbiter_run_is_warm_no_verification(backend, tmp_path):
     db = backend.new()
     cmd = [sys.executable, "-m", "arbiter", "--db", db, "run"]

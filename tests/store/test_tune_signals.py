@@ -49,7 +49,10 @@ def test_a_tuner_signalled_mid_key_releases_its_claim_and_the_rerun_tunes_every_
 def test_a_key_held_by_a_live_lease_is_waited_for_not_skipped(tmp_path):
     """Before: a key another holder held (a tuner SIGKILLed mid-key) was skipped without a word and the run said
     "tuned 1 key(s)", exit 0. Now the run waits for the lease (the key ends done, or is taken over once it
-    lapses) and then tunes it."""
+    lapses) and then tunes it. The dead holder's lease lapses when the run says it waits for it (a fixed 12 s
+    lease lapsed first on a loaded machine, while the run was still starting: nothing was left to wait for)."""
+    import sqlite3
+
     from arbiter import env as envmod
     from arbiter.cli.tune import problems_from_options
     from arbiter.store.claims import Claims
@@ -58,12 +61,21 @@ def test_a_key_held_by_a_live_lease_is_waited_for_not_skipped(tmp_path):
     keys = [p.key("cpu").id for p in problems_from_options("rmsnorm", ["64x4096", "32x4096"], ["float32"], "none",
                                                           False, False)]
     fingerprint = envmod.environment("cpu").fingerprint
-    dead = Claims(SqlStore(db), holder="gone:1:dead", lease_s=12.0)
+    dead = Claims(SqlStore(db), holder="gone:1:dead", lease_s=600.0)
     dead.offer(keys, fingerprint)
     assert dead.claim(fingerprint, [keys[0]]) == keys[0]  # and never renewed: its holder died
-    done = subprocess.run([sys.executable, "-m", "arbiter", "--db", db, *ARGS], cwd=tmp_path, env=_env(),
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "claimed by gone:1:dead" in done.stdout + done.stderr
-    assert "tuned 2 key(s)" in done.stdout, done.stdout
+    proc = subprocess.Popen([sys.executable, "-m", "arbiter", "--db", db, *ARGS], cwd=tmp_path, env=_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if "claimed by gone:1:dead" in line:  # waiting for the live lease, not skipping the key
+            break
+    with sqlite3.connect(db) as conn:  # the lease lapses: the waiting run takes the key over
+        conn.execute("UPDATE claims SET expires = 0 WHERE holder = 'gone:1:dead'")
+    out, _ = proc.communicate(timeout=300)
+    text = "".join(lines) + out
+    assert proc.returncode == 0, text
+    assert "claimed by gone:1:dead" in text
+    assert "tuned 2 key(s)" in text, text
     assert counts(SqlStore(db)) == {"done": 2}

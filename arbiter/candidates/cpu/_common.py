@@ -46,7 +46,19 @@ def blas_identity() -> str:
 class BlasBacked:
     """A mixin for candidates whose time is mostly BLAS calls: the BLAS pool's thread count is a solution
     parameter (``cpu_threads.BLAS_PARAMS``: the library's own count, then one thread), so tuning measures
-    which serves the key on this machine; ``run`` wraps the calls in ``blas(params)``."""
+    which serves the key on this machine; ``run`` wraps the subclass's ``_compute(region)`` in ``blas(params)``,
+    and the BLAS library and its version are part of the code identity (``source``)."""
+
+    def run(self, region, params):
+        with blas(params):
+            return self._compute(region)
+
+    def _compute(self, region):
+        raise NotImplementedError
+
+    def source(self):
+        # The BLAS library and its version are part of what computes the result.
+        return super().source() + blas_identity()  # type: ignore[misc]  # a mixin: Candidate follows in the MRO
 
     def param_space(self):
         return [dict(p) for p in cpu_threads.BLAS_PARAMS]

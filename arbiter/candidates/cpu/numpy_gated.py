@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from arbiter.candidates import Candidate, Tier, register
-from arbiter.candidates.cpu._common import BlasBacked, accumulate_dtype, blas, blas_identity
+from arbiter.candidates.cpu._common import BlasBacked, accumulate_dtype
 
 
 class NumpyGated(BlasBacked, Candidate):
@@ -12,10 +12,6 @@ class NumpyGated(BlasBacked, Candidate):
     target = "cpu"
     op = "gated"
     tier = Tier.HAND_TUNED
-
-    def run(self, region, params):
-        with blas(params):
-            return self._compute(region)
 
     def _compute(self, region):
         out = region.alloc_out()
@@ -29,9 +25,6 @@ class NumpyGated(BlasBacked, Candidate):
         gate /= denom
         np.multiply(gate, up, out=out, casting="same_kind")
         return out
-
-    def source(self):
-        return super().source() + blas_identity()
 
 
 register(NumpyGated())

@@ -49,14 +49,8 @@ class TritonGated(TritonCandidate):
     priority = 8  # ahead of gated_tiled (5) in the tier; measurement decides against the vendor composition
     plans = Memo()
 
-    def param_space(self):
-        return [{"tile": list(t)} for t in TILES]
-
-    def applies_to(self, region):
-        ok = self.check_dtype(region)
-        if ok is not True and region.dtype == "float32":
-            return ok + " (tensor cores would mean TF32, over the float32 budget; gated_tiled serves float32)"  # type: ignore[operator]
-        return ok
+    tiles = TILES
+    float32_by = "gated_tiled"
 
     def plan(self, region, params, out, aligned: bool) -> LaunchPlan | None:
         """The launch plan of this call (None when the output is empty), by key, exact dims, alignment and the

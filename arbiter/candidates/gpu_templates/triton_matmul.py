@@ -75,15 +75,8 @@ class TritonMatmul(TritonCandidate):
     priority = 12  # ahead of gemm_mma (10) in the tier: the fused epilogue and wgmma tiles; measurement decides
     plans = Memo()
 
-    def param_space(self):
-        return [{"tile": list(t)} for t in TILES]
-
-    def applies_to(self, region):
-        ok = self.check_dtype(region)
-        if ok is not True and region.dtype == "float32":
-            # check_dtype gives True or a reason, never False
-            return ok + " (tensor cores would mean TF32, over the float32 budget; gemm_tiled serves float32)"  # type: ignore[operator]
-        return ok
+    tiles = TILES
+    float32_by = "gemm_tiled"
 
     def plan(self, region, params, out, aligned: bool) -> LaunchPlan | None:
         """The launch plan of this call (None when the output is empty): looked up by key, exact dims, alignment
