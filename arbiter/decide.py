@@ -43,9 +43,9 @@ POLICIES = tuple(p.value for p in MissPolicy)  # their texts (the policy= argume
 DISABLED = "disabled"  # ARBITER_DISABLE: not a policy a caller names; the switch overrides every policy
 
 
-def decide(region, policy: str, store, *, mode: str = TimingMode.DEVICE) -> Decision:
+def decide(region, policy: str, store, *, for_capture: bool = False) -> Decision:
     """Decide ``region``'s key on a miss under ``policy`` (a ``MissPolicy`` text, or ``DISABLED``) with
-    ``store``; ``mode``: the timing mode that decides under policy ``tune``.
+    ``store``; ``for_capture``: the miss is part of a sequence ``arbiter.capture`` records (``timing_mode``).
 
     Raises StrictMissError (policy strict, nothing servable stored), NoCandidateError (nothing passes the gate),
     ValueError for an unknown policy; a registry that refuses a write raises what it raises (the caller may
@@ -70,13 +70,23 @@ def decide(region, policy: str, store, *, mode: str = TimingMode.DEVICE) -> Deci
         decision = select.decide(region, store, prefer=nearest_winners(region, store, env))
         decision.counter, decision.why_not = "fallbacks", why_not
     elif policy == MissPolicy.TUNE:
-        decision = tune_region(region, store, mode=mode)
+        decision = tune_region(region, store, mode=timing_mode(region.target, for_capture))
     else:
         decision = decide_and_store(region, store, prefer=nearest_winners(region, store, env), replace=False)
         if policy == MissPolicy.RECORD:
             store.record_key(region.key.id, region.dims, env.fingerprint)
     decision.verified_now += verified  # the stored winner's verdict, when its gate ran now
     return decision
+
+
+def timing_mode(target: str, for_capture: bool) -> TimingMode:
+    """The timing mode a miss under policy tune decides by: the mode the caller runs in (DESIGN.md contract 3).
+    An eager caller's time includes its host work (``stream``: back-to-back calls, host work overlapping the
+    previous kernel; small problems are host-bound); a sequence ``arbiter.capture`` records replays with no host
+    work between kernels, so ``device`` time decides there. On the CPU the modes coincide: ``device``."""
+    if for_capture or target == "cpu":
+        return TimingMode.DEVICE
+    return TimingMode.STREAM
 
 
 def decide_and_store(region, store, *, force=None, prefer=None, gate_all=False, replace=True) -> Decision:

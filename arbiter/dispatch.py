@@ -39,7 +39,7 @@ import threading
 from arbiter import audit as _audit
 from arbiter import regions, select, targets
 from arbiter.candidates import REGISTRY, Fallback, run_for_torch
-from arbiter.decide import DISABLED, POLICIES, decide, decide_and_store
+from arbiter.decide import DISABLED, POLICIES, decide, decide_and_store, timing_mode
 from arbiter.decide import MissPolicy as MissPolicy  # (defined with the rules it names; imported from here before)
 from arbiter.errors import CaptureMissError, RegionError, UnwritableRegistry
 from arbiter.ops import op_kind
@@ -437,9 +437,9 @@ def _miss(region, policy):
         policy, st = DISABLED, _state.scratch
     else:
         st = store()
-    mode = tune_mode(region) if policy == MissPolicy.TUNE else TimingMode.DEVICE
+    for_capture = _state.for_capture > 0
     try:
-        decision = decide(region, policy, st, mode=mode)
+        decision = decide(region, policy, st, for_capture=for_capture)
     except UnwritableRegistry as exc:  # its disk filled up (or it became read-only) since it was opened
         from arbiter.store.layered import serve_from_memory  # SQLAlchemy: only once a registry refused a write
 
@@ -448,7 +448,7 @@ def _miss(region, policy):
             if fallback is None:
                 raise
             _use_store(fallback)
-        decision = decide(region, policy, fallback, mode=mode)
+        decision = decide(region, policy, fallback, for_capture=for_capture)
     _state.verified += decision.verified_now
     w = decision.winner
     route = _install(region.key, w.candidate, w.params, decision.chosen_by, decision.env, decision.counter,
@@ -470,14 +470,9 @@ def _how(decision) -> str:
 
 
 def tune_mode(region) -> TimingMode:
-    """The timing mode a miss under policy tune decides ``region``'s key by: the mode the caller runs in
-    (DESIGN.md contract 3). An eager caller's time includes its host work (``stream``: back-to-back calls,
-    host work overlapping the previous kernel; small problems are host-bound); a sequence ``arbiter.capture``
-    records replays with no host work between kernels, so ``device`` time decides there. On the CPU the
-    modes coincide: ``device``."""
-    if _state.for_capture > 0 or region.target == "cpu":
-        return TimingMode.DEVICE
-    return TimingMode.STREAM
+    """The timing mode a miss under policy tune decides ``region``'s key by (``decide.timing_mode``: the mode the
+    caller runs in, DESIGN.md contract 3)."""
+    return timing_mode(region.target, _state.for_capture > 0)
 
 
 def arbitrate(op: str, region, force: str | None = None):

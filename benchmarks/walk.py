@@ -33,8 +33,7 @@ ROOT = os.path.dirname(os.path.abspath(arbiter.__file__))
 LEFT_OUT = (os.path.join(ROOT, "candidates") + os.sep,)
 # Where the way into selection ends: the region handed to the gate (its probes are the gate's own work) or to the
 # timer. Counted as a stop; what they call is not, unless ``into_gate``.
-BOUNDARIES = {("verify.py", "verdict_for"), ("timing.py", "measure"), ("timing.py", "interleaved_rounds"),
-              ("timing.py", "solution_calls")}
+BOUNDARIES = {("verify.py", "verdict_for"), ("timing.py", None)}  # (file, function; None: any of the file's)
 
 
 def _receives(frame, region) -> bool:
@@ -59,10 +58,14 @@ def walk(region, policy: str = "tier", into_gate: bool = False) -> tuple[int, in
         nonlocal climbs, last
         if event == "call":
             file = frame.f_code.co_filename
+            base = os.path.basename(file)
+            caller = frame.f_back
             stop = not inside[0] and file.startswith(ROOT) and not file.startswith(LEFT_OUT) \
                 and _receives(frame, region)
-            boundary = stop and not into_gate and (os.path.basename(file), frame.f_code.co_name) in BOUNDARIES
-            caller = frame.f_back
+            if stop and not into_gate and (base, None) in BOUNDARIES and caller and caller.f_code.co_filename == file:
+                stop = False  # called by the timer itself (its rounds calling a solution): the timer's own work
+            boundary = stop and not into_gate and ((base, frame.f_code.co_name) in BOUNDARIES
+                                                   or (base, None) in BOUNDARIES)
             site = (caller.f_code if caller else None, caller.f_lineno if caller else 0, frame.f_code)
             if stop and site in sites:
                 stop = False  # the same call site again (a loop): one stop, and no climb
