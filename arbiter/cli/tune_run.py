@@ -157,26 +157,9 @@ def execute(run: TuneRun, planned: Plan, out) -> None:
         run_serial(run, planned, out)
 
 
-def _runner(run: TuneRun, out):
-    """The runner ``tune_region`` is given: in this process, or a child per solution (--isolate); reporting
-    slow steps."""
-    if warning := cpu_threads.busy(run.target):
-        out.console.print(lit(f"warning: {warning}", "yellow"), highlight=False)
-    inner = None
-    if run.isolate:
-        from arbiter.isolate import Isolated
-
-        inner = Isolated()
-    return _Reporting(inner, out.steps)
-
-
-def _solutions(region) -> int:
-    return sum(len(c.param_space()) for c in REGISTRY.candidates(region.target, region.op))
-
-
 def run_serial(run: TuneRun, planned: Plan, out) -> None:
     """One key after another in this process (an in-memory registry: nothing to claim)."""
-    runner = _runner(run, out) if planned.todo else _Reporting(None, out.steps)
+    keys = _Keys(run, planned, out)
     spent = budget_clock(run.budget_s)
     todo, tuned = planned.todo, 0
     with key_bar(len(todo)) as bar:
@@ -185,33 +168,49 @@ def run_serial(run: TuneRun, planned: Plan, out) -> None:
                 out.console.print(lit(f"--budget-seconds reached; {len(todo) - tuned} key(s) left for the next "
                                       f"run", "yellow"))
                 break
-            label = f"key {i}/{len(todo)} {item.problem.label}"
-            if _tune_key(item.problem.region(run.target, seed=item.seed), item.problem, label, planned, run,
-                         runner, bar, out, raising=False) is not None:
+            if keys.tune(item.problem, item.seed, f"key {i}/{len(todo)} {item.problem.label}", bar,
+                         raising=False) is not None:
                 tuned += 1
     out.console.print(lit(f"tuned {tuned} key(s) on {run.target}; registry: {planned.store!r}"))
 
 
-def _tune_key(region, problem: Problem, label: str, planned: Plan, run: TuneRun, runner, bar: KeyBar, out, *,
-              raising: bool, claimed_by: str = ""):
-    """Gate and time one key with its progress lines; its Decision, or None (``raising``: NoCandidateError)
-    when nothing passed the gate."""
-    n = _solutions(region)
-    out.steps.say(f"{label}: gating and timing {n} solution(s)" + (f" (claimed by {claimed_by})" if claimed_by
-                                                                   else ""))
-    started = time.perf_counter()
-    try:
-        with bar.key(problem.label, n) as advance:
-            decision = tune_region(region, planned.store, mode=run.mode, runner=runner, progress=advance)
-    except NoCandidateError as exc:
-        out.steps.say(f"{label}: no solution passed the gate")
-        out.console.print(lit(exc, "red"))
-        if raising:
-            raise
-        return None
-    out.steps.say(f"{label}: {decision.winner.label} ({out.why(decision)}) in {time.perf_counter() - started:.1f} s")
-    out.report(problem.label, decision)
-    return decision
+class _Keys:
+    """Tunes one key at a time for a run, with its progress lines; the runner (in this process, or a child per
+    solution with --isolate) reports slow steps."""
+
+    def __init__(self, run: TuneRun, planned: Plan, out):
+        self.run, self.planned, self.out = run, planned, out
+        inner = None
+        if planned.todo and (warning := cpu_threads.busy(run.target)):
+            out.console.print(lit(f"warning: {warning}", "yellow"), highlight=False)
+        if run.isolate:
+            from arbiter.isolate import Isolated
+
+            inner = Isolated()
+        self.runner = _Reporting(inner, out.steps)
+
+    def tune(self, problem: Problem, seed: int, label: str, bar: KeyBar, *, raising: bool, claimed_by: str = ""):
+        """Gate and time one key; its Decision, or None when nothing passed the gate (``raising``: raise the
+        NoCandidateError instead)."""
+        out, region = self.out, problem.region(self.run.target, seed=seed)
+        n = sum(len(c.param_space()) for c in REGISTRY.candidates(region.target, region.op))
+        out.steps.say(f"{label}: gating and timing {n} solution(s)" + (f" (claimed by {claimed_by})" if claimed_by
+                                                                       else ""))
+        started = time.perf_counter()
+        try:
+            with bar.key(problem.label, n) as advance:
+                decision = tune_region(region, self.planned.store, mode=self.run.mode, runner=self.runner,
+                                       progress=advance)
+        except NoCandidateError as exc:
+            out.steps.say(f"{label}: no solution passed the gate")
+            out.console.print(lit(exc, "red"))
+            if raising:
+                raise
+            return None
+        out.steps.say(f"{label}: {decision.winner.label} ({out.why(decision)}) in "
+                      f"{time.perf_counter() - started:.1f} s")
+        out.report(problem.label, decision)
+        return decision
 
 
 def run_claimed(run: TuneRun, planned: Plan, out) -> None:
@@ -224,7 +223,7 @@ def run_claimed(run: TuneRun, planned: Plan, out) -> None:
     from arbiter.store.claims import Claims
 
     claims = Claims(planned.sql, lease_s=run.lease_s)
-    runner = _runner(run, out) if planned.todo else _Reporting(None, out.steps)
+    keys = _Keys(run, planned, out)
     stop = threading.Event()
     ends = [time.monotonic() + s for s in (run.watch_s, run.budget_s) if s is not None]
     seeds = {item.key.id: item.seed for item in planned.todo}
@@ -235,9 +234,8 @@ def run_claimed(run: TuneRun, planned: Plan, out) -> None:
     def tune_key(problem, key_id):
         count[0] += 1
         assert bar is not None  # (set before fleet.work)
-        return _tune_key(problem.region(run.target, seed=seeds.get(key_id, 0)), problem,
-                         f"key {count[0]}{total} {problem.label}", planned, run, runner, bar, out, raising=True,
-                         claimed_by=claims.holder if run.from_recorded else "")
+        return keys.tune(problem, seeds.get(key_id, 0), f"key {count[0]}{total} {problem.label}", bar,
+                         raising=True, claimed_by=claims.holder if run.from_recorded else "")
 
     def on_signal(signum, frame):
         if stop.is_set():  # a second signal: stop now; the key's claim is released (KeyboardInterrupt)
