@@ -3,7 +3,7 @@
 The hot path (a warm key) is: the region's precomputed key, one dict lookup,
 one call of the winner, one counter increment. No store, no logging, no
 validation framework. Everything else (a miss) goes through ``_miss``, which
-applies the miss policy:
+installs what ``arbiter.decide.decide`` decides under the miss policy:
 
 * ``tier`` (default): serve a stored solution if one is valid here, else verify
   and choose by tier priority, and remember the choice (only where the key has
