@@ -3,7 +3,7 @@
 The hot path (a warm key) is: the region's precomputed key, one dict lookup,
 one call of the winner, one counter increment. No store, no logging, no
 validation framework. Everything else (a miss) goes through ``_miss``, which
-applies the miss policy:
+installs what ``arbiter.decide.decide`` decides under the miss policy:
 
 * ``tier`` (default): serve a stored solution if one is valid here, else verify
   and choose by tier priority, and remember the choice (only where the key has
@@ -37,28 +37,15 @@ import sys
 import threading
 
 from arbiter import audit as _audit
-from arbiter import env as envmod
 from arbiter import regions, select, targets
 from arbiter.candidates import REGISTRY, Fallback, run_for_torch
-from arbiter.errors import CaptureMissError, RegionError, StrictMissError, UnwritableRegistry
-from arbiter.ladder import nearest_winners
+from arbiter.decide import DISABLED, POLICIES, decide, decide_and_store, timing_mode
+from arbiter.decide import MissPolicy as MissPolicy  # (defined with the rules it names; imported from here before)
+from arbiter.errors import CaptureMissError, RegionError, UnwritableRegistry
 from arbiter.ops import op_kind
 from arbiter.region_memo import builder_for, operand_signature
-from arbiter.solution import ChosenBy, Solution, TextEnum, TimingMode
-from arbiter.store import CountDelta, MemoryStore, SolutionRecord, default_store, flusher
-from arbiter.tune import tune_region
-
-
-class MissPolicy(TextEnum):
-    """What a miss (a key the dispatch table lacks) does; not how its winner was chosen (``ChosenBy``)."""
-
-    TIER = "tier"  # serve a stored solution, else verify and choose by tier, and store that (default)
-    TUNE = "tune"  # measure every passing solution now and persist the winner
-    RECORD = "record"  # as tier, and record the key for offline tuning
-    STRICT = "strict"  # serve stored solutions only; raise StrictMissError otherwise
-
-
-POLICIES = tuple(p.value for p in MissPolicy)  # their texts (the policy= argument, ARBITER_POLICY)
+from arbiter.solution import ChosenBy, Solution, TimingMode
+from arbiter.store import CountDelta, MemoryStore, default_store, flusher
 
 
 class Route:
@@ -403,26 +390,6 @@ def _capture_route(route: Route, region) -> Route:
     return standin
 
 
-def _stored(region, st, env):
-    """The stored solution for this key if it can be served here, and why not otherwise."""
-    record = st.load_solution(region.key.id, env.fingerprint)
-    if record is None:
-        return None, None
-    name = record.candidate_name
-    cand = REGISTRY.get(name, region.target, region.op)
-    if cand is None:
-        return None, f"stored winner {name!r} is no longer registered"
-    if cand.available() is not True:
-        return None, f"stored winner {name!r} is unavailable"
-    if cand.applies_to(region) is not True:
-        return None, f"stored winner {name!r} does not apply to this instance"
-    row = select.Row(cand, record.params)
-    _state.verified += select.gate(row, region, st, env)  # verified once per identity and environment
-    if row.status != select.Status.PASSED:
-        return None, f"stored winner {name!r} fails the gate now: {row.reason}"
-    return (cand, record), None
-
-
 def _switch(name: str) -> bool:
     return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
 
@@ -454,24 +421,25 @@ def _announce(route, how: str, decision=None) -> None:
     log.info("\n".join(lines))
 
 
-def _serve_disabled(region):
-    """ARBITER_DISABLE: the tier default, gated with verdicts in memory; the registry is never opened."""
-    with _state.lock:
-        if _state.scratch is None:
-            _state.scratch = MemoryStore()
-    decision = select.decide(region, _state.scratch, gate_all=False)
-    route = _install(region.key, decision.winner.candidate, decision.winner.params, ChosenBy.DISABLED,
-                     decision.env, "misses", region)
-    if _verbose():
-        _announce(route, "ARBITER_DISABLE: tier default, registry not used", decision)
-    return route
-
-
 def _miss(region, policy):
+    """Decide ``region``'s key (``arbiter.decide``: every policy's rules) and install the decision."""
     if _closed:  # the process is ending by a signal: its last flush is under way (store/flusher.py)
         flusher.wait_for_end()
+    policy = policy or default_policy()
+    if policy not in POLICIES:
+        raise ValueError(f"policy: {policy!r} is not one of {', '.join(POLICIES)}")
+    if targets.get(region.target).capturing():  # deciding synchronises the device: impossible in a graph
+        raise CaptureMissError(region.key)
+    if _switch("ARBITER_DISABLE"):  # the tier default, verdicts in memory: the registry is never opened
+        with _state.lock:
+            if _state.scratch is None:
+                _state.scratch = MemoryStore()
+        policy, st = DISABLED, _state.scratch
+    else:
+        st = store()
+    for_capture = _state.for_capture > 0
     try:
-        return _decide_miss(region, policy)
+        decision = decide(region, policy, st, for_capture=for_capture)
     except UnwritableRegistry as exc:  # its disk filled up (or it became read-only) since it was opened
         from arbiter.store.layered import serve_from_memory  # SQLAlchemy: only once a registry refused a write
 
@@ -480,83 +448,31 @@ def _miss(region, policy):
             if fallback is None:
                 raise
             _use_store(fallback)
-        return _decide_miss(region, policy)
-
-
-def _decide_miss(region, policy):
-    policy = policy or default_policy()
-    if policy not in POLICIES:
-        raise ValueError(f"policy: {policy!r} is not one of {', '.join(POLICIES)}")
-    policy = MissPolicy(policy)
-    if targets.get(region.target).capturing():  # deciding synchronises the device: impossible in a graph
-        raise CaptureMissError(region.key)
-    if _switch("ARBITER_DISABLE"):
-        return _serve_disabled(region)
-    st = store()
-    env = envmod.environment(region.target)
-    found, why_not = _stored(region, st, env)
-    if found is not None and found[1].chosen_by == ChosenBy.TIER \
-            and getattr(found[0], "torch_native", False) != (region.torch_in is not None):
-        # A tier choice stored by the other kind of caller: a torch caller's tier order puts solutions without
-        # conversions first, a CuPy caller's does not, so this caller decides for itself (its verdicts come
-        # from the registry); the shared record stays as it is.
-        found = None
-    if found is not None:
-        cand, record = found
-        route = _install(region.key, cand, record.params, record.chosen_by, env, "loads", region)  # nothing decided
-        if _verbose():
-            margin = "" if record.margin is None else f", margin {record.margin * 100:+.1f}%"
-            _announce(route, f"stored, {record.chosen_by}{margin}" + (f": {record.note}" if record.note else ""))
-        return route
-    if policy == MissPolicy.STRICT:
-        raise StrictMissError(region.key, why_not)
-    if why_not is not None:
-        # The key has a shared winner that this process cannot serve (an operand it does not apply to, a
-        # plug-in not loaded here, ...): the stand-in chosen now serves this process only. Stored, it would
-        # replace a measured or forced winner for every process (issue 20 item 4).
-        decision = select.decide(region, st, prefer=nearest_winners(region, st, env))
-    elif policy == MissPolicy.TUNE:
-        decision = tune_region(region, st, mode=tune_mode(region))
-    else:
-        decision = decide_and_store(region, st, prefer=nearest_winners(region, st, env),  # the bucket ladder
-                                    replace=False)
-        if policy == MissPolicy.RECORD:
-            st.record_key(region.key.id, region.dims, env.fingerprint)
+        decision = decide(region, policy, fallback, for_capture=for_capture)
     _state.verified += decision.verified_now
-    winner = decision.winner
-    # A stored solution that could not be served makes this a fallback, not a plain miss.
-    route = _install(region.key, winner.candidate, winner.params, decision.chosen_by, env,
-                     "fallbacks" if why_not else "misses", region, decision)
+    w = decision.winner
+    route = _install(region.key, w.candidate, w.params, decision.chosen_by, decision.env, decision.counter,
+                     region, decision)
     if _verbose():
-        margin = "" if decision.margin is None else f", margin {decision.margin * 100:+.1f}%"
-        _announce(route, f"decided now, {decision.chosen_by}{margin}" + (f": {decision.note}" if decision.note else "")
-                  + (f"; {why_not}" if why_not else ""), decision)
+        _announce(route, _how(decision), decision)
     return route
 
 
+def _how(decision) -> str:
+    """How a miss's solution was chosen, in words (the verbose line)."""
+    if decision.chosen_by == ChosenBy.DISABLED:
+        return "ARBITER_DISABLE: tier default, registry not used"
+    margin = "" if decision.margin is None else f", margin {decision.margin * 100:+.1f}%"
+    note = f": {decision.note}" if decision.note else ""
+    if decision.counter == "loads":
+        return f"stored, {decision.chosen_by}{margin}{note}"
+    return f"decided now, {decision.chosen_by}{margin}{note}" + (f"; {decision.why_not}" if decision.why_not else "")
+
+
 def tune_mode(region) -> TimingMode:
-    """The timing mode a miss under policy tune decides ``region``'s key by: the mode the caller runs in
-    (DESIGN.md contract 3). An eager caller's time includes its host work (``stream``: back-to-back calls,
-    host work overlapping the previous kernel; small problems are host-bound); a sequence ``arbiter.capture``
-    records replays with no host work between kernels, so ``device`` time decides there. On the CPU the
-    modes coincide: ``device``."""
-    if _state.for_capture > 0 or targets.get(region.target).host_clock:
-        return TimingMode.DEVICE
-    return TimingMode.STREAM
-
-
-def decide_and_store(region, st, *, force=None, prefer=None, gate_all=False, replace=True):
-    """Decide ``region``'s key and store the winner. ``replace=False``: store it only where the key has no
-    winner yet (a tier choice made on a miss must not overwrite one another process measured meanwhile)."""
-    decision = select.decide(region, st, force=force, prefer=prefer, gate_all=gate_all)
-    w = decision.winner
-    record = SolutionRecord.of(region.key.id, Solution.of(w.candidate, w.params), decision.chosen_by,
-                               decision.env.fingerprint, note=decision.note)
-    if replace:
-        st.save_solution(record, decision.env)
-    else:
-        st.add_solution(record, decision.env)
-    return decision
+    """The timing mode a miss under policy tune decides ``region``'s key by (``decide.timing_mode``: the mode the
+    caller runs in, DESIGN.md contract 3)."""
+    return timing_mode(region.target, _state.for_capture > 0)
 
 
 def arbitrate(op: str, region, force: str | None = None):

@@ -23,6 +23,19 @@ from arbiter.store.models import RecordedKey
 from arbiter.suite import Problem
 
 
+@dataclass(frozen=True)
+class Claiming:
+    """How ``work`` claims: ``recorded``: also the keys production recorded (not only those offered); ``force``:
+    re-tune keys measured already; ``watch``: keep looking every ``poll_s`` for keys recorded since, until
+    stopped; ``until``: a ``time.monotonic()`` deadline for starting keys."""
+
+    recorded: bool = False
+    force: bool = False
+    watch: bool = False
+    poll_s: float = 5.0
+    until: float | None = None
+
+
 @dataclass
 class Outcome:
     tuned: list[str] = field(default_factory=list)  # key ids whose solution this host committed
@@ -104,16 +117,16 @@ def _fail(claims: Claims, key_id: str, env: str, why: str, outcome: Outcome, eve
     event("failed", key_id, {"decision": None, "error": why})
 
 
-def work(store, claims: Claims, env: str, tune_key, *, problems: dict[str, Problem] | None = None,
-         recorded: bool = False, force: bool = False, watch: bool = False, poll_s: float = 5.0,
-         until: float | None = None, stop: threading.Event | None = None, on_event=None) -> Outcome:
-    """Claim and tune keys of ``env`` until none is left (or, with ``watch``, until ``stop``/``until``).
+def work(store, claims: Claims, env: str, tune_key, how: Claiming = Claiming(), *,
+         problems: dict[str, Problem] | None = None, stop: threading.Event | None = None, on_event=None) -> Outcome:
+    """Claim and tune keys of ``env`` until none is left (or, with ``how.watch``, until ``stop``/``how.until``).
 
     ``problems``: key id -> Problem offered from the command line (claimed only among these unless
-    ``recorded``); ``recorded``: also keys production recorded under ``env``. ``tune_key(problem, key_id)``
-    tunes one key (``arbiter.tune.tune_region`` underneath) and raises NoCandidateError when nothing passes.
-    ``on_event(kind, key_id, info)`` is told "claimed", "tuned", "failed", "lost", "skipped", "waiting".
+    ``how.recorded``). ``tune_key(problem, key_id)`` tunes one key (``arbiter.tune.tune_region`` underneath) and
+    raises NoCandidateError when nothing passes.
+    ``on_event(kind, key_id, info)`` is told "claimed", "tuned", "failed", "lost", "skipped", "waiting", "held".
     """
+    recorded, force, watch, poll_s, until = how.recorded, how.force, how.watch, how.poll_s, how.until
     stop = stop or threading.Event()
     event = on_event or (lambda kind, key, info: None)
     problems = dict(problems or {})

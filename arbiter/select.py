@@ -63,6 +63,12 @@ class Decision:
     verified_now: int = 0  # verdicts computed (not cached) while deciding
     env: Any = None  # the EnvironmentKey decided under
     margin: float | None = None
+    # On a miss (``arbiter.decide``): the dispatch counter it adds to (loads: a stored solution served; misses:
+    # decided now; fallbacks: a stand-in for a stored winner not servable here, ``why_not`` says why), and the
+    # stored record that was loaded, if any.
+    counter: str = "misses"
+    why_not: str | None = None
+    stored: Any = None
 
     def __str__(self):
         lines = [f"{self.key}  ->  {self.winner.label} "

@@ -18,6 +18,7 @@ from arbiter.errors import RegionError
 from arbiter.regions import Softmax
 from arbiter.store import MeasurementRecord, SolutionRecord
 from arbiter.store.sql import SqlStore
+from tests.export_support import read_doc, write_doc
 
 
 def _cli(db, *args, timeout=300) -> subprocess.CompletedProcess:
@@ -45,9 +46,9 @@ def test_an_import_with_dims_outside_the_keys_bucket_is_refused(tmp_path):
     # Before: accepted (any integers under 2**62), and `report` then died with a TypeError.
     _stored(tmp_path / "src.db", {"rows": 1000, "cols": 1000})
     assert _cli(tmp_path / "src.db", "export", tmp_path / "good.json").returncode == 0
-    doc = json.loads((tmp_path / "good.json").read_text())
+    doc = read_doc(tmp_path / "good.json")
     doc["measurements"][0]["dims"] = json.dumps(HUGE)
-    (tmp_path / "bad.json").write_text(json.dumps(doc))
+    write_doc(doc, tmp_path / "bad.json")
     result = _cli(tmp_path / "dst.db", "import", tmp_path / "bad.json")
     out = " ".join((result.stdout + result.stderr).split())
     assert result.returncode == 1 and "measurements.0" in out and "not in this key's bucket rows1024,cols1024" in out

@@ -467,12 +467,12 @@ def _doctor(repair: bool, out, facts: dict) -> None:
 
 @app.command("export")
 def export_cmd(
-    file: str | None = typer.Argument(None, help="JSON file to write; - writes standard output."),
+    file: str | None = typer.Argument(None, help="JSON Lines file to write; - writes standard output."),
     env: str | None = typer.Option(None, "--env", help="With --out: the environment fingerprint to publish."),
     out: str | None = typer.Option(None, "--out", help="Instead of JSON: write a read-only SQLite registry "
                                                           "of --env's solutions and verdicts (ARBITER_SYSTEM_DB)."),
 ):
-    """Write the user registry (environments, candidates, verdicts, measurements, solutions) as JSON; or, with
+    """Write the user registry (environments, candidates, verdicts, measurements, solutions) as JSON Lines; or, with
     --env and --out, publish one environment as a read-only SQLite system registry (docs/fleet.md)."""
     from arbiter.store.transfer import export_registry, write_export
 
@@ -487,8 +487,11 @@ def export_cmd(
     _existing()
     with _registry_errors():
         data = export_registry(_user_sql(write=False))
-    if file == "-":  # the JSON alone on stdout, for a pipe
-        print(data.model_dump_json(indent=1))
+    if file == "-":  # the JSON Lines alone on stdout, for a pipe
+        from arbiter.store.transfer import export_lines
+
+        for line in export_lines(data):
+            print(line)
         return
     write_export(data, file)
     console().print(lit(f"wrote {file}: {len(data.solutions)} solutions, {len(data.verdicts)} verdicts, "
@@ -511,7 +514,7 @@ SHOWN_CONFLICTS = 10  # conflict lines printed by `import`; the rest are summed 
 
 @app.command("import")
 def import_cmd(
-    file: str = typer.Argument(..., help="JSON file written by `arbiter export`."),
+    file: str = typer.Argument(..., help="File written by `arbiter export` (JSON Lines, or the earlier JSON)."),
     overwrite: bool = typer.Option(False, "--overwrite", help="On a conflict, take the file's row."),
 ):
     """Merge an export into the user registry; conflicts are reported (and kept unless --overwrite)."""

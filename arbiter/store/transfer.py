@@ -1,11 +1,15 @@
-"""Export and import a registry as validated JSON (pydantic models, schema version inside).
+"""Export and import a registry as validated JSON Lines (pydantic models, schema version inside).
 
 ``export_registry(store)`` reads every environment, candidate, verdict,
-measurement and solution of a ``SqlStore`` into a ``RegistryExport``.
-``read_export(path)`` checks a file entry by entry, streaming it (memory does
-not grow with the file): a malformed one raises ``ImportFileError`` naming the
-file and each field at fault (JSON syntax errors name the line and column), and
-nothing is imported from it. ``import_registry(store, data)`` then merges it in
+measurement and solution of a ``SqlStore`` into a ``RegistryExport``;
+``write_export`` writes it as JSON Lines (``export_lines``): a header line
+(format, schema version, time), then one row per line with its ``section``.
+``read_export(path)`` checks a file entry by entry, a line at a time (memory
+does not grow with the file; ``json.loads`` per line, no tokenizer of our own):
+a malformed one raises ``ImportFileError`` naming the file and each field at
+fault (JSON syntax errors name the line and column), and nothing is imported
+from it. A file in the first format (one JSON object, written before JSON
+Lines) is still read, whole. ``import_registry(store, data)`` then merges it in
 transactions of ``BATCH_ROWS`` rows, so a serving process waiting for the write
 lock waits for one batch, never for the whole file: new rows are added,
 identical ones skipped, and a differing row (another winner for the same key
@@ -23,7 +27,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 import time
 from collections.abc import Iterator
 from datetime import datetime
@@ -299,9 +302,20 @@ def export_registry(store) -> RegistryExport:
     return RegistryExport(format=FORMAT, schema_version=SCHEMA_VERSION, exported=utcnow(), **data)
 
 
+def export_lines(data: RegistryExport) -> Iterator[str]:
+    """The export as JSON Lines: the header (format, schema version, time) first, then one line per row with
+    its ``section`` (environments, candidates, verdicts, measurements, solutions, in that order)."""
+    yield json.dumps({"format": data.format, "schema_version": data.schema_version,
+                      "exported": data.exported.isoformat()})
+    for section in SECTIONS:
+        for row in getattr(data, section):
+            yield json.dumps({"section": section, **row.model_dump(mode="json")}, allow_nan=False)
+
+
 def write_export(data: RegistryExport, path: str) -> None:
     with open(path, "w", encoding="utf-8") as f:
-        f.write(data.model_dump_json(indent=1))
+        for line in export_lines(data):
+            f.write(line + "\n")
 
 
 _MODELS: dict[str, type[_Model]] = {
@@ -319,101 +333,75 @@ class _Fault(Exception):
     """A JSON syntax fault at a position of the file."""
 
 
-_LIST = object()  # what ``_Stream.items`` yields where a section's list opens
+_LIST = object()  # what the readers yield where a section opens (the section is there, even when empty)
 
 
-class _Stream:
-    """The top level of an export file, read in chunks: ``items()`` yields (field, index, value) with each array
-    element parsed on its own (index None for a plain field). Never holds more than one entry plus a chunk."""
+def _loads(text: str, line: int):
+    """One JSON value of line ``line``, or a _Fault naming its position."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise _Fault(f"{exc.msg} at line {line + exc.lineno - 1} column {exc.colno}") from None
+    except RecursionError:
+        raise _Fault(f"nested beyond the recursion limit at line {line} column 1") from None
+    except ValueError as exc:  # e.g. an integer of more digits than Python converts
+        raise _Fault(f"number out of range ({exc}) at line {line} column 1") from None
 
-    CHUNK = 1 << 20
-    _WS = re.compile(r"[ \t\n\r]*")
 
-    def __init__(self, f):
-        self.f, self.buf, self.pos, self.eof, self.lines = f, "", 0, False, 0
-        self.decoder = json.JSONDecoder()
+def _lines(f, first: str) -> Iterator[tuple[str, int | None, object]]:
+    """The entries of a JSON Lines export (``first``: its header line, read already): (field, None, value) for
+    the header's fields, then (section, index within the section, row) per line. One line in memory at a time."""
+    for name, value in _loads(first, 1).items():
+        yield name, None, value
+    index = dict.fromkeys(SECTIONS, 0)
+    line = 1
+    while True:
+        text = f.readline(MAX_ENTRY_BYTES + 1)
+        line += 1
+        if not text:
+            return
+        if len(text) > MAX_ENTRY_BYTES:
+            raise _Fault(f"an entry longer than {MAX_ENTRY_BYTES // 2**20} MiB at line {line}: not an export entry")
+        if not text.strip():
+            continue
+        row = _loads(text, line)
+        section = row.pop("section", None) if isinstance(row, dict) else None
+        if section not in SECTIONS:
+            raise _Fault(f"line {line} is not a row of an export (its \"section\" must be one of "
+                         f"{', '.join(SECTIONS)})")
+        if index[section] == 0:
+            yield section, None, _LIST
+        yield section, index[section], row
+        index[section] += 1
 
-    def _fill(self) -> bool:
-        if self.eof:
-            return False
-        if self.pos > self.CHUNK:  # drop what was read; count its lines for positions
-            self.lines += self.buf.count("\n", 0, self.pos)
-            self.buf, self.pos = self.buf[self.pos:], 0
-        chunk = self.f.read(self.CHUNK)
-        if not chunk:
-            self.eof = True
-            return False
-        self.buf += chunk
-        return True
 
-    def where(self, pos: int | None = None) -> str:
-        pos = self.pos if pos is None else pos
-        line = self.lines + self.buf.count("\n", 0, pos) + 1
-        return f"line {line} column {pos - self.buf.rfind(chr(10), 0, pos)}"
-
-    def _ws(self) -> str:
-        while True:
-            self.pos = self._WS.match(self.buf, self.pos).end()  # type: ignore[union-attr]  # \s* always matches
-            if self.pos < len(self.buf) or not self._fill():
-                return self.buf[self.pos:self.pos + 1]
-
-    def _expect(self, chars: str, what: str) -> str:
-        c = self._ws()
-        if not c or c not in chars:
-            raise _Fault(f"expected {what} at {self.where()}" + ("" if c else " (the file ends there)"))
-        self.pos += 1
-        return c
-
-    def _value(self):
-        self._ws()
-        while True:
-            try:
-                value, end = self.decoder.raw_decode(self.buf, self.pos)
-            except json.JSONDecodeError as exc:
-                # Possibly cut by the chunk's end: read on, up to the longest entry an export can have.
-                if len(self.buf) - self.pos < MAX_ENTRY_BYTES and self._fill():
-                    continue
-                if len(self.buf) - self.pos >= MAX_ENTRY_BYTES:
-                    raise _Fault(f"an entry longer than {MAX_ENTRY_BYTES // 2**20} MiB at {self.where()}: not "
-                                 f"an export entry") from None
-                raise _Fault(f"{exc.msg} at {self.where(exc.pos)}") from None
-            except RecursionError:
-                raise _Fault(f"nested beyond the recursion limit at {self.where()}") from None
-            except ValueError as exc:  # e.g. an integer of more digits than Python converts
-                raise _Fault(f"number out of range ({exc}) at {self.where()}") from None
-            if end == len(self.buf) and not self.eof and self._fill():
-                continue  # a number or literal may go on in the next chunk
-            self.pos = end
-            return value
-
-    def items(self) -> Iterator[tuple[str, int | None, object]]:
-        self._expect("{", "{ (an export is one JSON object)")
-        if self._ws() == "}":
-            self.pos += 1
+def _whole(f, first: str) -> Iterator[tuple[str, int | None, object]]:
+    """The entries of an export in the first format (one JSON object, before JSON Lines), read whole: a file
+    exported before is never lost. (field, None, value) per plain field, (section, None, _LIST) and then
+    (section, index, row) per section."""
+    doc = _loads(first + f.read(), 1)
+    if not isinstance(doc, dict):
+        raise _Fault("expected { at line 1 column 1 (an export is one JSON object, or JSON Lines)")
+    for name, value in doc.items():
+        if name in SECTIONS and isinstance(value, list):
+            yield name, None, _LIST
+            for i, row in enumerate(value):
+                yield name, i, row
         else:
-            while True:
-                name = self._value()
-                if not isinstance(name, str):
-                    raise _Fault(f"expected a field name at {self.where()}")
-                self._expect(":", "':'")
-                if name in SECTIONS and self._ws() == "[":
-                    self.pos += 1
-                    yield name, None, _LIST  # the section is there, even when empty
-                    i = 0
-                    if self._ws() == "]":
-                        self.pos += 1
-                    else:
-                        while True:
-                            yield name, i, self._value()
-                            i += 1
-                            if self._expect(",]", "',' or ']'") == "]":
-                                break
-                else:
-                    yield name, None, self._value()
-                if self._expect(",}", "',' or '}'") == "}":
-                    break
-        if self._ws():
-            raise _Fault(f"extra data after the export's object at {self.where()}")
+            yield name, None, value
+
+
+def _entries(f) -> tuple[bool, Iterator[tuple[str, int | None, object]]]:
+    """(whether it is JSON Lines, the entries) of an open export file, whichever its format: JSON Lines when its
+    first line is a header object on its own, else the first format (one object, possibly over many lines)."""
+    first = f.readline(MAX_ENTRY_BYTES + 1)
+    try:
+        header = json.loads(first)
+    except (ValueError, RecursionError):
+        header = None
+    if isinstance(header, dict) and "format" in header and not any(s in header for s in SECTIONS):
+        return True, _lines(f, first)
+    return False, _whole(f, first)
 
 
 class ExportFile:
@@ -425,7 +413,7 @@ class ExportFile:
     def rows(self) -> Iterator[tuple[str, _Model]]:
         try:
             with open(self.path, encoding="utf-8") as f:
-                for name, i, value in _Stream(f).items():
+                for name, i, value in _entries(f)[1]:
                     if i is not None:
                         yield name, _MODELS[name].model_validate(value)
         except (OSError, UnicodeDecodeError, _Fault, ValidationError) as exc:  # it was sound when checked
@@ -440,6 +428,7 @@ def _scan(path: str, f) -> ExportFile:
     header, counts, seen = {}, dict.fromkeys(SECTIONS, 0), set()
     envs, idents = set(), set()
     refs: dict[tuple[str, str], str] = {}  # (kind, value) -> where the file first refers to it
+    lines = False  # a JSON Lines export: a section without rows has no line
 
     def fault(where: str, msg: str):
         nonlocal more
@@ -449,7 +438,8 @@ def _scan(path: str, f) -> ExportFile:
             more += 1
 
     try:
-        for name, i, value in _Stream(f).items():
+        lines, entries = _entries(f)
+        for name, i, value in entries:
             if i is None:
                 if name in seen:
                     fault(name, "appears twice")
@@ -490,7 +480,7 @@ def _scan(path: str, f) -> ExportFile:
         for err in exc.errors():
             fault(".".join(str(p) for p in err["loc"]) or "(file)", err["msg"])
     for section in SECTIONS:
-        if section not in seen:
+        if section not in seen and not lines:
             fault(section, "Field required")
     for (kind, value), where in refs.items():
         if kind == "env" and value not in envs:

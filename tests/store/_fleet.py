@@ -53,7 +53,7 @@ def dispatch_all(db: str, policy: str, n: int = len(KEYS)) -> None:
 def tune(db: str, args: list[str]) -> None:
     stall = os.environ.get("FLEET_TEST_STALL")
     if stall:
-        import arbiter.cli.tune as cli_tune
+        import arbiter.cli.tune_run as cli_tune
 
         real = cli_tune.tune_region
 

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,6 +13,7 @@ from arbiter.regions import RMSNorm
 from arbiter.store import SolutionRecord, default_store
 from arbiter.store.models import SCHEMA_VERSION
 from arbiter.store.sql import SqlStore
+from tests.export_support import read_doc, write_doc
 from tests.store._workers import ENV, key
 
 runner = CliRunner()
@@ -55,7 +55,7 @@ def test_export_import_merges_and_reports_conflicts(backend, tmp_path, monkeypat
     sb.save_solution(SolutionRecord(key(1), "lab_kernel", "lab_kernel@1", {"tile": 64}, "measured", ENV, 0.5))
     monkeypatch.setenv("ARBITER_DB", a)
     assert _invoke("export", f).exit_code == 0
-    doc = json.loads(Path(f).read_text())
+    doc = read_doc(f)
     assert doc["format"] == "kernel-arbiter-registry" and doc["schema_version"] == SCHEMA_VERSION
     monkeypatch.setenv("ARBITER_DB", b)
     result = _invoke("import", f)
@@ -82,9 +82,9 @@ def test_import_rejects_a_malformed_file_naming_the_field(tmp_path, monkeypatch,
     SqlStore(a).save_solution(SolutionRecord(key(1), "lab_kernel", "lab_kernel@1", {}, "tier", ENV))
     monkeypatch.setenv("ARBITER_DB", a)
     _invoke("export", str(f))
-    doc = json.loads(f.read_text())
+    doc = read_doc(f)
     mutate(doc)
-    f.write_text(json.dumps(doc))
+    write_doc(doc, f)
     monkeypatch.setenv("ARBITER_DB", str(tmp_path / "b.db"))
     result = _invoke("import", str(f))
     assert result.exit_code == 1 and fault in result.stdout and "nothing was imported" in result.stdout

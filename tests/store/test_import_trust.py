@@ -20,7 +20,8 @@ from arbiter.candidates.cpu.numpy_softmax import NumpySoftmax
 from arbiter.regions import Softmax
 from arbiter.store import SolutionRecord
 from arbiter.store.sql import SqlStore
-from arbiter.store.transfer import export_registry
+from arbiter.store.transfer import export_registry, write_export
+from tests.export_support import write_doc
 from tests.store._workers import ENV, key
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -71,7 +72,7 @@ def test_an_imported_passed_verdict_for_a_wrong_candidate_is_gated_again_and_nev
             v.update(passed=True, reason="", rel_error=1e-9, max_excess=0.1)
     for s in data["solutions"]:
         s.update(candidate="sloppy_softmax", identity=sloppy, policy="measured", margin=0.5)
-    f.write_text(json.dumps(data))
+    write_doc(data, f)
     result, text = _cli("--db", dst, "import", f)
     assert result.exit_code == 0, text
 
@@ -95,7 +96,7 @@ def test_an_environment_whose_fields_are_not_its_fingerprint_is_refused_by_entry
     assert entry["fingerprint"] == now.fingerprint and entry["fields"] == now.as_dict()
     entry["fields"]["numpy"] = "9.9.9-spoofed"
     f = tmp_path / "spoof.json"
-    f.write_text(json.dumps(data))
+    write_doc(data, f)
     dst = backend.new()
     SqlStore(dst).close()
     result, text = _cli("--db", dst, "import", f)
@@ -140,7 +141,7 @@ def test_import_refuses_entries_nothing_could_read(backend, tmp_path, name, muta
     doc = _lab_export(tmp_path)
     mutate(doc)
     f = tmp_path / "bad.json"
-    f.write_text(json.dumps(doc))
+    write_doc(doc, f)
     dst = backend.new()
     SqlStore(dst).save_solution(SolutionRecord(key(7), "lab_kernel", "lab_kernel@1", {}, "tier", ENV))
     result, text = _cli("--db", dst, "import", f)
@@ -152,25 +153,27 @@ def test_import_refuses_entries_nothing_could_read(backend, tmp_path, name, muta
 def test_the_untouched_export_imports_and_a_softmax_key_with_its_own_bucket_is_fine(tmp_path):
     doc = _lab_export(tmp_path)
     f = tmp_path / "ok.json"
-    f.write_text(json.dumps(doc))
+    write_doc(doc, f)
     result, text = _cli("--db", tmp_path / "dst.db", "import", f)
     assert result.exit_code == 0 and "added 1 environments, 1 candidates, 1 verdicts, 1 measurements, 1 solutions" \
         in text, text
 
 
 def _big_export(path, solutions: int) -> None:
-    """An export of ``solutions`` keys, each with a verdict and two measurements (~1.3 kB per key)."""
+    """An export (JSON Lines) of ``solutions`` keys, each with a verdict and two measurements (~1.3 kB per key)."""
     from arbiter.store.models import SCHEMA_VERSION
 
     ident = "lab_kernel@0123456789abcdef"
     with open(path, "w") as f:
+        def line(section, row):
+            f.write(json.dumps({"section": section, **row}) + "\n")
+
         f.write(json.dumps({"format": "kernel-arbiter-registry", "schema_version": SCHEMA_VERSION,
-                            "exported": "2026-01-01T00:00:00Z"})[:-1])
-        f.write(', "environments": [{"fingerprint": "%s", "target": "lab", "fields": {}}]' % ENV)  # noqa: UP031 (JSON braces)
-        f.write(', "candidates": [{"identity": "%s", "name": "lab_kernel", "target": "lab", "op": "matmul", '  # noqa: UP031 (JSON braces)
-                '"tier": "EMITTED", "contract": null}]' % ident)
+                            "exported": "2026-01-01T00:00:00Z"}) + "\n")
+        line("environments", {"fingerprint": ENV, "target": "lab", "fields": {}})
+        line("candidates", {"identity": ident, "name": "lab_kernel", "target": "lab", "op": "matmul",
+                            "tier": "EMITTED", "contract": None})
         for section in ("verdicts", "measurements", "solutions"):
-            f.write(f', "{section}": [\n')
             for i in range(solutions):
                 k = key(i)
                 if section == "verdicts":
@@ -185,10 +188,8 @@ def _big_export(path, solutions: int) -> None:
                 else:
                     rows = [dict(key=k, env=ENV, candidate="lab_kernel", identity=ident, params={"tile": 8},
                                  policy="measured", margin=0.2, note="", created="2026-01-01T00:00:00Z")]
-                for j, row in enumerate(rows):
-                    f.write(("" if i == 0 and j == 0 else ",\n") + json.dumps(row))
-            f.write("\n]")
-        f.write("}\n")
+                for row in rows:
+                    line(section, row)
 
 
 @pytest.mark.slow
@@ -230,6 +231,24 @@ def test_a_large_import_streams_with_bounded_memory(tmp_path):
     grew = figures["peak_rss_mib"] - figures["baseline_rss_mib"]
     print(f"\nimport of {size / 2**20:.1f} MiB: {figures}; growth {grew:.0f} MiB")
     assert grew < 64, figures  # not in proportion to the file (it was ~5x the file before)
+
+
+def test_an_export_in_the_first_format_still_imports(tmp_path):
+    """Exports written before JSON Lines (one JSON object, indented) are read as they are: nothing exported before
+    is lost. The same rows, written now, are JSON Lines: a header line, then one row per line."""
+    doc = _lab_export(tmp_path)
+    old, new = tmp_path / "old.json", tmp_path / "new.jsonl"
+    old.write_text(json.dumps(doc, indent=1))
+    result, text = _cli("--db", tmp_path / "dst.db", "import", old)
+    assert result.exit_code == 0 and "added 1 environments, 1 candidates, 1 verdicts, 1 measurements, 1 solutions" \
+        in text, text
+    assert _cli("--db", tmp_path / "src.db", "export", new)[0].exit_code == 0
+    header, *rows = [json.loads(line) for line in new.read_text().splitlines()]
+    assert header["format"] == "kernel-arbiter-registry" and "verdicts" not in header
+    assert sorted(r["section"] for r in rows) == sorted(["environments", "candidates", "verdicts", "measurements",
+                                                         "solutions"])
+    result, text = _cli("--db", tmp_path / "dst.db", "import", new)
+    assert result.exit_code == 0 and "0 conflict(s)" in text, text
 
 
 def test_reimporting_an_export_into_its_own_registry_is_one_summary_line(tmp_path):
@@ -280,7 +299,7 @@ def test_the_report_marks_imported_verdicts_as_not_verified_here(backend, tmp_pa
     src, dst, f = backend.new(), backend.new(), tmp_path / "x.json"
     dispatch.configure(store=SqlStore(src))
     arbiter.arbitrate("softmax", Softmax(x))  # the sloppy candidate fails its gate: a failed verdict
-    f.write_text(export_registry(SqlStore(src)).model_dump_json())
+    write_export(export_registry(SqlStore(src)), str(f))
     result, text = _cli("--db", dst, "import", f)
     assert result.exit_code == 0, text
     imported = SqlStore(dst)
