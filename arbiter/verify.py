@@ -566,12 +566,6 @@ def _products_sampled(region, product: Product, y, budget, rng) -> tuple[str, fl
     if not linear:  # no Freivalds over every row: every row and column of the partial last tile of 128
         rows = sorted(set(rows) | set(range(m - m % 128, m)))
         cols = sorted(set(cols) | set(range(n - n % 128, n)))
-    ridx, cidx = xp.asarray(rows), xp.asarray(cols)
-    X = _rademacher(xp, rng, n, FREIVALDS_VECTORS) if linear else None
-    a_rows = left[ridx].astype(np.float64)
-    z_rows = [xp.zeros((len(rows), n)) for _ in rights]
-    w_cols = [w[:, cidx].astype(np.float64) for w in rights]
-    bx: Any = xp.empty((k, FREIVALDS_VECTORS)) if linear else None
     # Float64 chunks go through one reused buffer: a fresh multi-MiB array per chunk costs page faults.
     step = _row_step(max(k, n))
     buf = xp.empty((step, max(k, n)))
@@ -580,6 +574,20 @@ def _products_sampled(region, product: Product, y, budget, rng) -> tuple[str, fl
         view = buf[:part.shape[0], :part.shape[1]]
         view[...] = part
         return view
+
+    # Columns where the bias or the residual holds NaN or Inf (the nonfinite family): Freivalds' random sums would
+    # carry them into every row (Inf - Inf = NaN), so they leave the sums and are compared exactly, in full.
+    special = _nonfinite_columns(xp, product, as64, step) if linear else []
+    cols = sorted(set(cols) | set(special))
+    ridx, cidx = xp.asarray(rows), xp.asarray(cols)
+    X = _rademacher(xp, rng, n, FREIVALDS_VECTORS) if linear else None
+    sidx = xp.asarray(special) if special else None
+    if X is not None and sidx is not None:  # (their y, bias and residual elements are zeroed too: NaN x 0 is NaN)
+        X[sidx] = 0.0
+    a_rows = left[ridx].astype(np.float64)
+    z_rows = [xp.zeros((len(rows), n)) for _ in rights]
+    w_cols = [w[:, cidx].astype(np.float64) for w in rights]
+    bx: Any = xp.empty((k, FREIVALDS_VECTORS)) if linear else None
 
     a_rows_t = xp.ascontiguousarray(a_rows.T)
     for k0 in range(0, k, step):  # one pass over each right operand
@@ -597,14 +605,14 @@ def _products_sampled(region, product: Product, y, budget, rng) -> tuple[str, fl
             zc[i0:i0 + step] = chunk @ wc
         if linear:
             ref_x[i0:i0 + step] = chunk @ bx
-            y_x[i0:i0 + step] = as64(y[i0:i0 + step]) @ X
+            y_x[i0:i0 + step] = _without(as64(y[i0:i0 + step]), sidx) @ X
             if product.residual is not None:
-                ref_x[i0:i0 + step] += as64(product.residual[i0:i0 + step]) @ X
+                ref_x[i0:i0 + step] += _without(as64(product.residual[i0:i0 + step]), sidx) @ X
 
     rms = rel = None
     if linear:
         if product.bias is not None:
-            ref_x += product.bias.astype(np.float64) @ X
+            ref_x += _without(product.bias.astype(np.float64), sidx) @ X
         d = y_x - ref_x
         if not bool(xp.isfinite(d).all()):
             bad = int(xp.argwhere(~xp.isfinite(d).all(axis=1))[0][0])
@@ -633,6 +641,26 @@ def _products_sampled(region, product: Product, y, budget, rng) -> tuple[str, fl
     if not linear and not tally.reason:
         _diagonal(region, y, left, rights, finish, tally, budget, int(rng.integers(0, DIAGONAL)))
     return tally.finish(budget, rms=rms, rel=rel)
+
+
+def _without(part, columns):
+    """``part`` (float64, a scratch copy) with ``columns`` of its last axis set to 0 (None: as it is)."""
+    if columns is not None:
+        part[..., columns] = 0.0
+    return part
+
+
+def _nonfinite_columns(xp, product: Product, as64, step: int) -> list[int]:
+    """The columns whose bias element or residual column holds NaN or Inf (one pass over the residual)."""
+    bad = None
+    if product.bias is not None:
+        bad = ~xp.isfinite(product.bias.astype(np.float64))
+    residual = product.residual
+    if residual is not None:
+        for i0 in range(0, residual.shape[0], step):
+            part = (~xp.isfinite(as64(residual[i0:i0 + step]))).any(axis=0)
+            bad = part if bad is None else bad | part
+    return [] if bad is None else [int(i) for i in xp.flatnonzero(bad).tolist()]
 
 
 DIAGONAL = 8  # the diagonal check's period: every run of 8 adjacent outputs, across or down, holds one checked

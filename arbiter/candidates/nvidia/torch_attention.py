@@ -37,7 +37,14 @@ class TorchAttention(TorchCandidate):
             mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril()
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=region.scale)
         else:
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=region.causal, scale=region.scale)
+            scale = region.scale
+            if scale is not None and scale < 0:
+                # FlashAttention (SDPA's half-precision backend on the GPU) subtracts the row max of the unscaled
+                # scores, which a negative scale makes the row minimum: exp overflows. The gate's negative-scale
+                # sentinel failed it in float16/bfloat16 only (H200, 2026-12-03). (-q) k^T (-s) = q k^T s exactly
+                # (negation is exact): the same result with a positive scale, for one pass over q.
+                q, scale = -q, -scale
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=region.causal, scale=scale)
         return deliver(region, y)
 
 
