@@ -13,6 +13,7 @@ import inspect
 
 from arbiter.candidates import Candidate, Tier, register
 from arbiter.candidates.cpu._numba import NUMBA_MISSING, SerialLaunches, dtype_reason
+from arbiter.memo import Memo
 from arbiter.synth import pointwise
 
 
@@ -36,10 +37,17 @@ class SynthPointwise(SerialLaunches, Candidate):
     def param_space(self):
         return [{"parallel": True}, {"parallel": False}]
 
+    # (chain structure, dtype, parallel) -> its kernel: a warm call is one dict lookup, not the source's text and
+    # content hash (which cost more than the whole kernel at a few thousand elements)
+    kernels = Memo()
+
     def run(self, region, params):
         out = region.alloc_out()
         if out.size:
-            k = pointwise.kernel(region.ops, region.dtype, params.get("parallel", True))
+            sig = (region.chain, region.dtype, params.get("parallel", True))
+            k = self.kernels.get(sig)
+            if k is None:
+                k = self.kernels[sig] = pointwise.kernel(region.ops, region.dtype, sig[2])
             args = (region.x.reshape(-1), out.reshape(-1)) + pointwise.arguments(region)
             k.ensure(region.chain, args)
             k.fn(*args)
