@@ -14,7 +14,10 @@ traced with ``sys.setprofile``. Counted:
 The goal of issue 27 item 3 is at most 20 stops and 5 climbs. ``--list`` prints the stops in order, indented by
 depth. No timing: the figures are counts, the same on a loaded box.
 
-    python benchmarks/walk.py [--list] [--policy tier|tune|record]
+    python benchmarks/walk.py [--list] [--policy tier|tune|record] [--into-gate] [--quick] [--out DIR]
+
+``--out DIR``: also write ``DIR/walk.md``, the table of the four walks (tier and tune, to the gate and into it).
+``--quick``: the same (the walk is already a few seconds); accepted so the smoke test runs every script alike.
 """
 from __future__ import annotations
 
@@ -99,6 +102,8 @@ def main(argv=None) -> int:
     p.add_argument("--list", action="store_true", help="print the stops, indented by depth")
     p.add_argument("--policy", default="tier", choices=("tier", "tune", "record"))
     p.add_argument("--into-gate", action="store_true", help="count the gate's and the timer's own calls too")
+    p.add_argument("--quick", action="store_true", help="the same walk (it is already quick)")
+    p.add_argument("--out", default=None, help="also write DIR/walk.md: the four walks' table")
     args = p.parse_args(argv)
     rng = np.random.default_rng(0)
 
@@ -116,6 +121,18 @@ def main(argv=None) -> int:
             print("  " * depth + name)
     where = ", into the gate" if args.into_gate else ""
     print(f"walk of region from run_arbitrated (policy {args.policy}{where}): {stops} stops, {climbs} climbs")
+    if args.out:
+        rows = ["| policy | into the gate | stops | climbs |", "| --- | --- | --- | --- |"]
+        for policy in ("tier", "tune"):
+            for into in (False, True):
+                dispatch.reset()
+                dispatch.configure(store=MemoryStore())
+                n, c, _ = walk(matmul(48), policy, into)
+                rows.append(f"| {policy} | {'yes' if into else 'no'} | {n} | {c} |")
+        os.makedirs(args.out, exist_ok=True)
+        with open(os.path.join(args.out, "walk.md"), "w") as f:
+            f.write("# The walk of region on a miss (issue 27 item 3; goal: at most 20 stops, 5 climbs)\n\n"
+                    + "\n".join(rows) + "\n")
     return 0
 
 

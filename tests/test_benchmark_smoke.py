@@ -37,6 +37,7 @@ BENCHMARKS = {
     "tune_cost.py": ([], "tune_cost.md", False),
     "tune_stability.py": ([], "tune_stability.md", False),
     "user_path.py": ([], "user_path.md", True),
+    "walk.py": ([], "walk.md", False),
 }
 
 
