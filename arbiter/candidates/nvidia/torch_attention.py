@@ -28,22 +28,22 @@ class TorchAttention(TorchCandidate):
         if 0 in region.output_shape():
             return region.alloc_out()
         q, k, v = (_aligned(tensor(region, name)) for name in ("q", "k", "v"))
-        if region.causal and region.scale is not None and region.scale <= 0:
-            # SDPA's causal mask is scaled with the scores: -inf * 0 = NaN, -inf * (a negative scale) = +inf, NaN
-            # rows either way (torch 2.13 on the CPU; the gate's scalar sentinels found it). The same top-left mask
-            # as a boolean attn_mask is applied after the scale: right for every scale.
+        scale = region.scale
+        if scale is not None and scale < 0:
+            # FlashAttention (SDPA's half-precision backend on the GPU) subtracts the row max of the unscaled
+            # scores, which a negative scale makes the row minimum: exp overflows. The gate's negative-scale
+            # sentinel failed it in float16/bfloat16 only (H200, 2026-12-03). (-q) k^T (-s) = q k^T s exactly
+            # (negation is exact): the same result with a positive scale, for one pass over q. It also keeps a
+            # causal mask right, which SDPA scales with the scores (-inf * a negative scale = +inf).
+            q, scale = -q, -scale
+        if region.causal and scale == 0:
+            # SDPA's causal mask scaled by 0: -inf * 0 = NaN rows (torch 2.13 on the CPU; the gate's scalar
+            # sentinels found it). The same top-left mask as a boolean attn_mask is applied after the scale.
             import torch
 
             mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril()
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=region.scale)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
         else:
-            scale = region.scale
-            if scale is not None and scale < 0:
-                # FlashAttention (SDPA's half-precision backend on the GPU) subtracts the row max of the unscaled
-                # scores, which a negative scale makes the row minimum: exp overflows. The gate's negative-scale
-                # sentinel failed it in float16/bfloat16 only (H200, 2026-12-03). (-q) k^T (-s) = q k^T s exactly
-                # (negation is exact): the same result with a positive scale, for one pass over q.
-                q, scale = -q, -scale
             y = F.scaled_dot_product_attention(q, k, v, is_causal=region.causal, scale=scale)
         return deliver(region, y)
 
