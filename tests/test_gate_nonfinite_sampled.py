@@ -50,3 +50,28 @@ def test_a_nan_dropping_kernel_still_fails_it(sampled, attrs):
     region = Matmul.random("cpu", "float32", {"m": 300, "n": 300, "k": 300}, attrs)
     verdict = gate.verify(ResidualNanToZero(), {}, region)
     assert not verdict.passed and "nonfinite" in verdict.reason, verdict.reason
+
+
+class WrongBesideTheNan(Candidate):
+    """Right everywhere, NaN and Inf included, but wrong by 1.0 in the column of the residual's first non-finite
+    element, two rows away from it: an error hidden in exactly the columns that leave Freivalds' sums."""
+
+    name, target, op, tier = "wrong_beside_the_nan", "cpu", "matmul", Tier.EMITTED
+
+    def run(self, region, params):
+        out = region.alloc_out()
+        z = region.a.astype(np.float64) @ region.b.astype(np.float64)
+        if region.residual is not None:
+            z += region.residual.astype(np.float64)
+            bad = np.argwhere(~np.isfinite(region.residual))
+            if len(bad):
+                i, j = bad[0]
+                z[(i + 2) % z.shape[0], j] += 1.0
+        out[...] = z
+        return out
+
+
+def test_an_error_in_a_column_taken_out_of_the_sums_is_still_caught(sampled):
+    region = Matmul.random("cpu", "float32", {"m": 300, "n": 300, "k": 300}, {"residual": "1"})
+    verdict = gate.verify(WrongBesideTheNan(), {}, region)
+    assert not verdict.passed and "nonfinite" in verdict.reason, verdict.reason
