@@ -36,13 +36,16 @@ class TorchAttention(TorchCandidate):
             # (negation is exact): the same result with a positive scale, for one pass over q. It also keeps a
             # causal mask right, which SDPA scales with the scores (-inf * a negative scale = +inf).
             q, scale = -q, -scale
-        if region.causal and scale == 0:
-            # SDPA's causal mask scaled by 0: -inf * 0 = NaN rows (torch 2.13 on the CPU; the gate's scalar
-            # sentinels found it). The same top-left mask as a boolean attn_mask is applied after the scale.
+        if scale == 0:
+            # A zero scale makes SDPA's backends compute -inf * 0 = NaN: the causal mask scaled by 0 (torch 2.13
+            # on the CPU) and, with no mask at all, whole rows in float16/bfloat16 on an H200 (FlashAttention's
+            # padding, 2026-12-03; the gate's scalar sentinels found both). A boolean attn_mask is applied after
+            # the scale and sends SDPA to a backend without that product: top-left for causal, all keys if not.
             import torch
 
-            mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril()
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+            mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.tril() if region.causal else mask,
+                                               scale=scale)
         else:
             y = F.scaled_dot_product_attention(q, k, v, is_causal=region.causal, scale=scale)
         return deliver(region, y)
