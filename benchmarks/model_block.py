@@ -519,6 +519,8 @@ def llama_main(args) -> int:
     print(f"{stamp}  {json.dumps(env)}", flush=True)
     start, compile_spent, results, skipped = time.perf_counter(), 0.0, [], []
     todo = LLAMA_QUICK if args.quick else LLAMA_GRID
+    if args.configs:
+        todo = [LLAMA_GRID[int(i)] for i in args.configs.split(",")]
     with open(os.path.join(args.out, "llama_block.jsonl"), "w") as f:
         f.write(json.dumps({"date": stamp, "env": env}) + "\n")
         for i, (s, d, dtype) in enumerate(todo):
@@ -558,6 +560,9 @@ def main() -> int:
     ap.add_argument("--llama", action="store_true",
                     help="the llama-style block (fused QKV, strided heads, SwiGLU through gated) through every "
                          "path: eager default and tuned, bound, capture, compile; report <out>/llama_block.md")
+    ap.add_argument("--configs", help="with --llama: the LLAMA_GRID entries to run, as comma-separated indices "
+                                      "(0-based), so a grid can be split over calls; their tables join by "
+                                      "--table-from on the concatenated llama_block.jsonl files")
     ap.add_argument("--registry", help="the registry file to use (default: a fresh <out>/model_block.db, so the "
                                        "default picks are what a fresh user gets)")
     args = ap.parse_args()
@@ -565,6 +570,9 @@ def main() -> int:
         with open(args.table_from) as f:
             lines = [json.loads(line) for line in f if line.strip()]
         results = [r for r in lines if "paths" in r]
+        if results and all(r.get("block") == "llama" for r in results):
+            print(f"{lines[0].get('date')} on {lines[0].get('env', {}).get('device')}\n\n{llama_table(results)}")
+            return 0
         done = {(r["seq"], r["d"], r["dtype"]) for r in results}
         missing = [f"{s}x{d} {t}" for s, d, t in configs(False) if (s, d, t) not in done]
         print(f"{lines[0].get('date')} on {lines[0].get('env', {}).get('device')}\n")
