@@ -83,6 +83,9 @@ EXTRA_WORK_FACTOR = 0.2
 EXTRA_WORK_FLOOR = 1 << 27
 # The part of that cap the adversarial families share (at the bucket's low corner, or shrunk to fit).
 FAMILY_SHARE = 0.5
+# A key above EXTRA_WORK_FLOOR runs its real shape once: the second probe (the first adversarial family, varied
+# scalars) runs at the real shape ``reduced`` to this multiple of its work (matmul 2048^3: 256 x 2048 x 2048).
+SECOND_WORK_FACTOR = 0.125
 # Products (matmul, gated, attention) with more work than this are checked with randomized/sampled
 # references; smaller ones against the full float64 oracle.
 CHEAP_CHECK_WORK = 1 << 27
@@ -166,6 +169,28 @@ def shrunk(dims: dict, region, work: float) -> dict:
     return out
 
 
+TAIL_PERIOD = 128  # a reduced dimension keeps its remainder modulo this (the tails of 8, 16, 32, 64 and 128 tiles)
+
+
+def reduced(dims: dict, region, work: float) -> dict:
+    """``dims`` with its first power-of-two-bucketed dimensions (in key order: matmul's m, a row op's rows,
+    attention's batch, heads, then q) cut down, one at a time, until the shape costs at most ``work`` units; every
+    other dimension stays exactly the caller's, and a cut dimension keeps its remainder modulo ``TAIL_PERIOD``
+    (its tail and 16-byte alignment class): a probe of the real key's inner loops, layout and tails at a fraction
+    of its work. Where no cut fits, as far as it goes."""
+    out = dict(dims)
+    for name, v in dims.items():
+        if _cost(out) <= work:
+            break
+        if v <= TAIL_PERIOD or region.bucket_policy.get(name, POW2) is not POW2:
+            continue
+        tail = v % TAIL_PERIOD
+        limit = work / (_cost(out) / v)
+        steps = max(int((limit - tail) // TAIL_PERIOD), 0 if tail else 1)
+        out[name] = min(v, tail + TAIL_PERIOD * steps)
+    return out
+
+
 INTERIOR_MIN = 64  # buckets of at least this bound get interior sizes (smaller ones are probed at every corner)
 
 
@@ -191,9 +216,16 @@ def probe_plan(region) -> list[Probe]:
     does not fit the cost cap at the bucket's low corner runs at a shrunk shape."""
     real = dict(region.dims)
     fams = probes.families(region.op, region.target)
-    plan = [Probe(real, probes.BENIGN, False), Probe(real, fams[1] if len(fams) > 1 else probes.BENIGN, True)]
     corners = corner_shapes(region)
     low = corners[0]
+    plan = [Probe(real, probes.BENIGN, False)]
+    second = fams[1] if len(fams) > 1 else probes.BENIGN
+    if _cost(real) <= EXTRA_WORK_FLOOR:
+        plan.append(Probe(real, second, True))
+    else:  # a large key runs its real shape once; the second probe keeps every dimension but one (see reduced)
+        dims = reduced(real, region, SECOND_WORK_FACTOR * _cost(real))
+        inside = dims == real
+        plan.append(Probe(dims, second, True, inside, None if inside else dict(low)))
     # Unequal dimensions with odd tails (and varied scalars) are always probed, whatever they cost: a square
     # first call must not certify a kernel that assumes square matrices or seq_q == seq_k. Then, within the
     # cap, each adversarial family at the bucket's cheapest shape (shrunk when it does not fit: never dropped),
@@ -764,7 +796,7 @@ GUARD_ELEMENTS = 256  # poisoned elements on each side of the gate's output: a w
 REPEATS = 36
 # The repeats cost at most this multiple of the real shape's work (or REPEAT_WORK_FLOOR units): at the real shape
 # when they fit, else at a shape shrunk to fit.
-REPEAT_WORK_FACTOR = 0.15
+REPEAT_WORK_FACTOR = 0.1
 REPEAT_WORK_FLOOR = 1 << 22
 
 
