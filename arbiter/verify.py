@@ -4,7 +4,9 @@
 
 * the real shape twice, each time with fresh random data (a memoized or stale output fails): first
   benign data with the caller's runtime scalars, then the op's first adversarial value family with
-  varied scalars;
+  varied scalars; above ``EXTRA_WORK_FLOOR`` work units the second at the real shape ``reduced`` along one
+  dimension to ``SECOND_WORK_FACTOR`` of its work (the other dimensions, tails and layouts the caller's), so a
+  large key runs its real shape once;
 * a shape whose dimensions all differ, with odd tails (not multiples of 8 ... 128), varied scalars
   (always, whatever it costs);
 * every adversarial value family of the op (``arbiter.probes``: large logits, near-constant rows,
@@ -40,7 +42,8 @@ on the device (``oracles.on_device``).
 
 Memory: gating a call allocates the probe's operands twice (the candidate's copy and the
 pristine one) and one output, never the caller's arrays, plus at most ``CHUNK_ELEMENTS`` float64
-temporaries per reference step: at most 3x the call's operand and output bytes plus 64 MiB.
+temporaries per reference step (``DEVICE_CHUNK_ELEMENTS`` for a product's check on a device): at most 3x the
+call's operand and output bytes plus 64 MiB.
 
 A candidate declaring accuracy looser than the op's budget is excluded unless the caller opted
 in (``region.allow_looser()``, ``arbiter.configure(looser_accuracy=True)``, ``--allow-looser``);
@@ -563,8 +566,14 @@ def _rademacher(xp, rng, n: int, s: int):
     return xp.asarray(rng.integers(0, 2, (n, s)).astype(np.float64) * 2.0 - 1.0)
 
 
-def _row_step(cols: int) -> int:
-    return max(1, CHUNK_ELEMENTS // 4 // max(cols, 1))  # float64 chunks of ~2 MiB: they stay in cache
+# Float64 elements per chunk step of a product check on a device: each step is a dozen kernel launches (and as
+# many Python calls), so a device takes few large steps (4096 columns: 4 of 1024 rows, not 64 of 64 rows); 32 MiB.
+DEVICE_CHUNK_ELEMENTS = CHUNK_ELEMENTS * 4
+
+
+def _row_step(cols: int, xp=np) -> int:
+    """Rows per chunk step: float64 chunks of ~2 MiB on the host (they stay in cache), 32 MiB on a device."""
+    return max(1, (CHUNK_ELEMENTS // 4 if xp is np else DEVICE_CHUNK_ELEMENTS) // max(cols, 1))
 
 
 def _sample_rows(rng, m: int, count: int) -> list[int]:
@@ -599,7 +608,7 @@ def _products_sampled(region, product: Product, y, budget, rng) -> tuple[str, fl
         rows = sorted(set(rows) | set(range(m - m % 128, m)))
         cols = sorted(set(cols) | set(range(n - n % 128, n)))
     # Float64 chunks go through one reused buffer: a fresh multi-MiB array per chunk costs page faults.
-    step = _row_step(max(k, n))
+    step = _row_step(max(k, n), xp)
     buf = xp.empty((step, max(k, n)))
 
     def as64(part):
@@ -705,7 +714,7 @@ def _diagonal(region, y, left, rights, finish, tally, budget, shift: int) -> Non
     1/8 of the product's work in float64: rows ``g::8`` against columns ``(g + shift) % 8::8`` for g in 0..7."""
     m, n = y.shape
     k = left.shape[1]
-    step = max(1, _row_step(k) // 2)
+    step = max(1, _row_step(k, array_module(y)) // 2)
     for g in range(min(DIAGONAL, m)):
         c0 = (g + shift) % DIAGONAL
         if c0 >= n:
