@@ -192,7 +192,7 @@ class NvidiaTarget(Target):
         if self.arrays != "cupy":
             return None
         cp = cupy_module()
-        seed = int(rng.integers(0, 2**63 - 1))
+        seed = np.uint64(rng.integers(0, 2**63 - 1))  # RandomState.seed casts "safe" to uint64: an int64 fails
         kind = np.float64 if dtype == "float64" else np.float32
         philox = getattr(getattr(cp.cuda, "curand", None), "CURAND_RNG_PSEUDO_PHILOX4_32_10", 161)  # curand.h
         u = cp.random.RandomState(seed, method=philox).random_sample(shape, dtype=kind)
