@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 
 from arbiter.candidates import Candidate
 from arbiter.regions import Matmul
@@ -17,6 +18,7 @@ from arbiter.verify import (
     reduced,
     verify,
 )
+from gpu_support import requires_gpu
 
 
 def test_a_large_key_runs_its_real_shape_once():
@@ -65,3 +67,37 @@ def test_a_stale_output_still_fails_at_a_key_that_runs_its_real_shape_once():
     assert EXTRA_WORK_FLOOR < 640 * 640 * 384
     verdict = verify(_MemoByShape(), {}, region)
     assert not verdict.passed and "640x640x384" not in verdict.reason.split(":")[0], verdict.reason
+
+
+@pytest.mark.gpu
+@requires_gpu
+def test_device_draw_is_seeded_uniform_of_the_stated_scale():
+    import cupy as cp
+
+    from arbiter import targets
+
+    target = targets.get("nvidia")
+    for dtype, order in (("float16", "C"), ("float32", "F"), ("float64", "C")):
+        a = target.device_draw((1000, 600), dtype, 0.5, np.random.default_rng(7), order)
+        b = target.device_draw((1000, 600), dtype, 0.5, np.random.default_rng(7), order)
+        assert isinstance(a, cp.ndarray) and a.shape == (1000, 600) and str(a.dtype) == dtype
+        assert a.flags.f_contiguous if order == "F" else a.flags.c_contiguous
+        assert bool(cp.array_equal(a, b))  # the gate's seed replays the draw
+        host = cp.asnumpy(a).astype(np.float64)
+        assert abs(host).max() <= 0.5 * math.sqrt(3.0) * 1.001 and abs(host.mean()) < 0.01
+        assert abs(host.std() - 0.5) < 0.01
+
+
+@pytest.mark.gpu
+@requires_gpu
+def test_a_large_nvidia_key_is_gated_with_the_real_shape_once():
+    from arbiter.candidates import REGISTRY
+
+    region = Matmul.random("nvidia", "float16", {"m": 1024, "n": 1024, "k": 1024})
+    cand = next(c for c in REGISTRY.candidates(target="nvidia", op="matmul")
+                if c.available() is True and c.applies_to(region) is True)
+    verdict = verify(cand, (cand.param_space() or [{}])[0], region)
+    assert verdict.passed, verdict.reason
+    assert sum(p.split(" ")[0] == "1024x1024x1024" for p in verdict.probes) == 1
+    # the reduced probe (or, for a candidate declining a shape outside the bucket, the family at its low corner)
+    assert verdict.probes[1].startswith(("128x1024x1024 mixed_rows", "513x513x513 mixed_rows")), verdict.probes
