@@ -87,8 +87,8 @@ EXTRA_WORK_FLOOR = 1 << 27
 # The part of that cap the adversarial families share (at the bucket's low corner, or shrunk to fit).
 FAMILY_SHARE = 0.5
 # A key above EXTRA_WORK_FLOOR runs its real shape once: the second probe (the first adversarial family, varied
-# scalars) runs at the real shape ``reduced`` to this multiple of its work (matmul 2048^3: 256 x 2048 x 2048).
-SECOND_WORK_FACTOR = 0.125
+# scalars) runs at the real shape ``reduced`` to this multiple of its work (matmul 2048^3: 128 x 2048 x 2048).
+SECOND_WORK_FACTOR = 0.0625
 # Products (matmul, gated, attention) with more work than this are checked with randomized/sampled
 # references; smaller ones against the full float64 oracle.
 CHEAP_CHECK_WORK = 1 << 27
@@ -176,21 +176,20 @@ TAIL_PERIOD = 128  # a reduced dimension keeps its remainder modulo this (the ta
 
 
 def reduced(dims: dict, region, work: float) -> dict:
-    """``dims`` with its first power-of-two-bucketed dimensions (in key order: matmul's m, a row op's rows,
-    attention's batch, heads, then q) cut down, one at a time, until the shape costs at most ``work`` units; every
-    other dimension stays exactly the caller's, and a cut dimension keeps its remainder modulo ``TAIL_PERIOD``
-    (its tail and 16-byte alignment class): a probe of the real key's inner loops, layout and tails at a fraction
-    of its work. Where no cut fits, as far as it goes."""
+    """``dims`` with one dimension cut down until the shape costs at most ``work`` units, or as far as it goes: the
+    first power-of-two-bucketed one above ``TAIL_PERIOD`` in key order (matmul's m, a row op's rows, attention's
+    batch, heads or q). Every other dimension stays exactly the caller's, and the cut one keeps its remainder
+    modulo ``TAIL_PERIOD`` (its tail and 16-byte alignment class), at least one period where that is 0: a probe
+    of the real key's inner loops, layout and tails at a fraction of its work (at most 255/v of it)."""
     out = dict(dims)
     for name, v in dims.items():
-        if _cost(out) <= work:
-            break
         if v <= TAIL_PERIOD or region.bucket_policy.get(name, POW2) is not POW2:
             continue
         tail = v % TAIL_PERIOD
         limit = work / (_cost(out) / v)
         steps = max(int((limit - tail) // TAIL_PERIOD), 0 if tail else 1)
         out[name] = min(v, tail + TAIL_PERIOD * steps)
+        break
     return out
 
 

@@ -113,7 +113,7 @@ def main():
              "| gate / product (median) | probes |" + (" no repeats / product (min, median) |" if args.parts else ""),
              "| --- | --- | --- | --- | --- | --- | --- | --- |" + (" --- |" if args.parts else "")]
     print("\n".join(lines), flush=True)
-    mins = []
+    parts_lines: list[str] = []
     for cand in cands:
         params = (cand.param_space() or [{}])[0]  # the candidate's default solution
         verify(cand, params, region)  # warm-up: compilation, plans
@@ -135,20 +135,17 @@ def main():
             if not v.passed:
                 print(f"  {cand.name}: failed the gate: {v.reason[:200]}", flush=True)
         pmin, pmed, gmin, gmed = min(products), statistics.median(products), min(gates), statistics.median(gates)
-        mins.append((cand, pmin))
         parts = f" {min(bare) / pmin:.2f}, {statistics.median(bare) / pmed:.2f} |" if bare else ""
         lines.append(f"| {cand.name} | {pmin:.4f} | {pmed:.4f} | {gmin:.4f} | {gmed:.4f} | {gmin / pmin:.2f} | "
                      f"{gmed / pmed:.2f} | {probes} |{parts}")
         print(lines[-1], flush=True)
-    if args.breakdown:
-        lines += ["", "Parts of one more verify per solution (seconds; x the product's minimum):", ""]
-        print("\n".join(lines[-3:]), flush=True)
-        for cand, pmin in mins:
-            params = (cand.param_space() or [{}])[0]
+        if args.breakdown:  # printed at once (a run cut short by a timeout keeps it), gathered below the table
             spent = _breakdown(cand, params, region, target)
-            lines.append(f"* {cand.name}: " + ", ".join(f"{part} {sec:.4f} ({sec / pmin:.2f}x)"
-                                                        for part, sec in spent.items()))
-            print(lines[-1], flush=True)
+            parts_lines.append(f"* {cand.name}: " + ", ".join(f"{part} {sec:.4f} ({sec / pmin:.2f}x)"
+                                                              for part, sec in spent.items()))
+            print("  parts " + parts_lines[-1], flush=True)
+    if parts_lines:
+        lines += ["", "Parts of one more verify per solution (seconds; x the product's minimum):", ""] + parts_lines
     if args.out:
         Path(args.out).mkdir(parents=True, exist_ok=True)
         (Path(args.out) / "gate_cost.md").write_text("\n".join(lines) + "\n")
