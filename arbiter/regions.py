@@ -380,7 +380,7 @@ def _device_draw(target: str, shape, dtype: str, scale: float, rng, order: str =
 # Above this many elements, operands are drawn uniform on [-sqrt(3), sqrt(3)) (mean 0, variance 1, as the
 # normal draws below it): a normal draw costs 4x a uniform one, and the gate draws fresh data for every
 # probe, so at large shapes drawing would otherwise cost more than running the candidate.
-UNIFORM_ABOVE = 1 << 20
+UNIFORM_ABOVE = 1 << 18
 _SQRT3 = math.sqrt(3.0)
 
 
@@ -399,8 +399,9 @@ def _normal(rng, shape, dtype: str, scale: float = 1.0):
         if kind is np.float32:
             # 16 random bits per element, scaled in one pass: a third of the cost of rng.random plus an
             # affine pass. 65536 levels are more than bfloat16, float16 or TF32 hold, so a kernel that
-            # rounds its inputs to those still shows its error.
-            bits = np.frombuffer(rng.bytes(2 * size), dtype=np.int16).reshape(shape)
+            # rounds its inputs to those still shows its error. The bits are the generator's raw 64-bit words
+            # (a fifth of what ``rng.bytes`` costs for the same bits: 3 ms per 2^22 elements).
+            bits = rng.bit_generator.random_raw((size + 3) // 4).view(np.int16)[:size].reshape(shape)
             u = np.empty(shape, dtype=np.float32)
             np.multiply(bits, np.float32(_SQRT3 * scale / 32768.0), out=u, dtype=np.float32)
             return u

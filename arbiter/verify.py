@@ -4,7 +4,9 @@
 
 * the real shape twice, each time with fresh random data (a memoized or stale output fails): first
   benign data with the caller's runtime scalars, then the op's first adversarial value family with
-  varied scalars;
+  varied scalars; above ``EXTRA_WORK_FLOOR`` work units the second at the real shape ``reduced`` along one
+  dimension to ``SECOND_WORK_FACTOR`` of its work (the other dimensions, tails and layouts the caller's), so a
+  large key runs its real shape once;
 * a shape whose dimensions all differ, with odd tails (not multiples of 8 ... 128), varied scalars
   (always, whatever it costs);
 * every adversarial value family of the op (``arbiter.probes``: large logits, near-constant rows,
@@ -40,7 +42,8 @@ on the device (``oracles.on_device``).
 
 Memory: gating a call allocates the probe's operands twice (the candidate's copy and the
 pristine one) and one output, never the caller's arrays, plus at most ``CHUNK_ELEMENTS`` float64
-temporaries per reference step: at most 3x the call's operand and output bytes plus 64 MiB.
+temporaries per reference step (``DEVICE_CHUNK_ELEMENTS`` for a product's check on a device): at most 3x the
+call's operand and output bytes plus 64 MiB.
 
 A candidate declaring accuracy looser than the op's budget is excluded unless the caller opted
 in (``region.allow_looser()``, ``arbiter.configure(looser_accuracy=True)``, ``--allow-looser``);
@@ -83,6 +86,9 @@ EXTRA_WORK_FACTOR = 0.2
 EXTRA_WORK_FLOOR = 1 << 27
 # The part of that cap the adversarial families share (at the bucket's low corner, or shrunk to fit).
 FAMILY_SHARE = 0.5
+# A key above EXTRA_WORK_FLOOR runs its real shape once: the second probe (the first adversarial family, varied
+# scalars) runs at the real shape ``reduced`` to this multiple of its work (matmul 2048^3: 128 x 2048 x 2048).
+SECOND_WORK_FACTOR = 0.0625
 # Products (matmul, gated, attention) with more work than this are checked with randomized/sampled
 # references; smaller ones against the full float64 oracle.
 CHEAP_CHECK_WORK = 1 << 27
@@ -166,6 +172,27 @@ def shrunk(dims: dict, region, work: float) -> dict:
     return out
 
 
+TAIL_PERIOD = 128  # a reduced dimension keeps its remainder modulo this (the tails of 8, 16, 32, 64 and 128 tiles)
+
+
+def reduced(dims: dict, region, work: float) -> dict:
+    """``dims`` with one dimension cut down until the shape costs at most ``work`` units, or as far as it goes: the
+    first power-of-two-bucketed one above ``TAIL_PERIOD`` in key order (matmul's m, a row op's rows, attention's
+    batch, heads or q). Every other dimension stays exactly the caller's, and the cut one keeps its remainder
+    modulo ``TAIL_PERIOD`` (its tail and 16-byte alignment class), at least one period where that is 0: a probe
+    of the real key's inner loops, layout and tails at a fraction of its work (at most 255/v of it)."""
+    out = dict(dims)
+    for name, v in dims.items():
+        if v <= TAIL_PERIOD or region.bucket_policy.get(name, POW2) is not POW2:
+            continue
+        tail = v % TAIL_PERIOD
+        limit = work / (_cost(out) / v)
+        steps = max(int((limit - tail) // TAIL_PERIOD), 0 if tail else 1)
+        out[name] = min(v, tail + TAIL_PERIOD * steps)
+        break
+    return out
+
+
 INTERIOR_MIN = 64  # buckets of at least this bound get interior sizes (smaller ones are probed at every corner)
 
 
@@ -191,9 +218,16 @@ def probe_plan(region) -> list[Probe]:
     does not fit the cost cap at the bucket's low corner runs at a shrunk shape."""
     real = dict(region.dims)
     fams = probes.families(region.op, region.target)
-    plan = [Probe(real, probes.BENIGN, False), Probe(real, fams[1] if len(fams) > 1 else probes.BENIGN, True)]
     corners = corner_shapes(region)
     low = corners[0]
+    plan = [Probe(real, probes.BENIGN, False)]
+    second = fams[1] if len(fams) > 1 else probes.BENIGN
+    if _cost(real) <= EXTRA_WORK_FLOOR:
+        plan.append(Probe(real, second, True))
+    else:  # a large key runs its real shape once; the second probe keeps every dimension but one (see reduced)
+        dims = reduced(real, region, SECOND_WORK_FACTOR * _cost(real))
+        inside = dims == real
+        plan.append(Probe(dims, second, True, inside, None if inside else dict(low)))
     # Unequal dimensions with odd tails (and varied scalars) are always probed, whatever they cost: a square
     # first call must not certify a kernel that assumes square matrices or seq_q == seq_k. Then, within the
     # cap, each adversarial family at the bucket's cheapest shape (shrunk when it does not fit: never dropped),
@@ -531,8 +565,14 @@ def _rademacher(xp, rng, n: int, s: int):
     return xp.asarray(rng.integers(0, 2, (n, s)).astype(np.float64) * 2.0 - 1.0)
 
 
-def _row_step(cols: int) -> int:
-    return max(1, CHUNK_ELEMENTS // 4 // max(cols, 1))  # float64 chunks of ~2 MiB: they stay in cache
+# Float64 elements per chunk step of a product check on a device: each step is a dozen kernel launches (and as
+# many Python calls), so a device takes few large steps (4096 columns: 4 of 1024 rows, not 64 of 64 rows); 32 MiB.
+DEVICE_CHUNK_ELEMENTS = CHUNK_ELEMENTS * 4
+
+
+def _row_step(cols: int, xp=np) -> int:
+    """Rows per chunk step: float64 chunks of ~2 MiB on the host (they stay in cache), 32 MiB on a device."""
+    return max(1, (CHUNK_ELEMENTS // 4 if xp is np else DEVICE_CHUNK_ELEMENTS) // max(cols, 1))
 
 
 def _sample_rows(rng, m: int, count: int) -> list[int]:
@@ -567,7 +607,7 @@ def _products_sampled(region, product: Product, y, budget, rng) -> tuple[str, fl
         rows = sorted(set(rows) | set(range(m - m % 128, m)))
         cols = sorted(set(cols) | set(range(n - n % 128, n)))
     # Float64 chunks go through one reused buffer: a fresh multi-MiB array per chunk costs page faults.
-    step = _row_step(max(k, n))
+    step = _row_step(max(k, n), xp)
     buf = xp.empty((step, max(k, n)))
 
     def as64(part):
@@ -673,7 +713,7 @@ def _diagonal(region, y, left, rights, finish, tally, budget, shift: int) -> Non
     1/8 of the product's work in float64: rows ``g::8`` against columns ``(g + shift) % 8::8`` for g in 0..7."""
     m, n = y.shape
     k = left.shape[1]
-    step = max(1, _row_step(k) // 2)
+    step = max(1, _row_step(k, array_module(y)) // 2)
     for g in range(min(DIAGONAL, m)):
         c0 = (g + shift) % DIAGONAL
         if c0 >= n:
@@ -764,7 +804,7 @@ GUARD_ELEMENTS = 256  # poisoned elements on each side of the gate's output: a w
 REPEATS = 36
 # The repeats cost at most this multiple of the real shape's work (or REPEAT_WORK_FLOOR units): at the real shape
 # when they fit, else at a shape shrunk to fit.
-REPEAT_WORK_FACTOR = 0.15
+REPEAT_WORK_FACTOR = 0.1
 REPEAT_WORK_FLOOR = 1 << 22
 
 

@@ -63,7 +63,7 @@ def _benign(region, rng):
 
 
 BENIGN = Family("benign", ("*",), "zero-mean unit-variance operands as `Region.random` draws them (normal; uniform "
-                "above 2^20 elements, where drawing normals would cost more than the run; layernorm rows offset by +3)",
+                "above 2^18 elements, where drawing normals would cost more than the run; layernorm rows offset by +3)",
                 _benign)
 
 
