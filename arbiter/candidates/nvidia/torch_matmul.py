@@ -18,10 +18,24 @@ def _activation(name: str, z, out):
     if name == "relu":
         return torch.clamp_min(z, 0, out=out)
     if name == "gelu":
+        if z.device.type == "cpu":
+            return _exact_gelu_cpu(z, out)
         return aten.gelu.out(z, approximate="none", out=out)
     if name == "gelu_tanh":
         return aten.gelu.out(z, approximate="tanh", out=out)
     return aten.silu.out(z, out=out)
+
+
+def _exact_gelu_cpu(z, out):
+    """Exact GELU as ``(z/2) * (1 + erf(z/sqrt 2))`` in two buffers. torch's vectorized CPU ``gelu`` (2.x) returns
+    NaN for +Inf where the oracle (and this form) gives +Inf, so the gate's ``nonfinite`` probe refuses it; halving
+    first keeps a finite z near the dtype's top finite, too."""
+    import torch
+
+    t = torch.mul(z, 0.7071067811865476)
+    t.erf_().add_(1.0)
+    torch.mul(z, 0.5, out=out)
+    return out.mul_(t)
 
 
 class TorchMatmul(TorchCandidate):
