@@ -58,7 +58,7 @@ def decide(region, policy: str, store, *, for_capture: bool = False) -> Decision
     if policy not in POLICIES:
         raise ValueError(f"policy: {policy!r} is not one of {', '.join(POLICIES)}")
     env = envmod.environment(region.target)
-    stored, why_not, verified = _stored(region, store, env)
+    stored, why_not, verified = _stored(region, store, env, strict=policy == MissPolicy.STRICT)
     if stored is not None:
         return stored
     if policy == MissPolicy.STRICT:
@@ -104,7 +104,7 @@ def decide_and_store(region, store, *, force=None, prefer=None, gate_all=False, 
     return decision
 
 
-def _stored(region, store, env) -> tuple[Decision | None, str | None, int]:
+def _stored(region, store, env, *, strict: bool = False) -> tuple[Decision | None, str | None, int]:
     """(the stored solution for this key as a Decision (counter ``loads``) if it can be served here, why not
     otherwise, how many verdicts its gate computed now)."""
     record = store.load_solution(region.key.id, env.fingerprint)
@@ -122,10 +122,12 @@ def _stored(region, store, env) -> tuple[Decision | None, str | None, int]:
     verified = int(select.gate(row, region, store, env))  # verified once per identity and environment
     if row.status != Status.PASSED:
         return None, f"stored winner {name!r} fails the gate now: {row.reason}", verified
-    if record.chosen_by == ChosenBy.TIER and getattr(cand, "torch_native", False) != (region.torch_in is not None):
+    if (not strict and record.chosen_by == ChosenBy.TIER
+            and getattr(cand, "torch_native", False) != (region.torch_in is not None)):
         # A tier choice stored by the other kind of caller: a torch caller's tier order puts solutions without
         # conversions first, a CuPy caller's does not, so this caller decides for itself (its verdicts come
-        # from the registry); the shared record stays as it is.
+        # from the registry); the shared record stays as it is. Under policy strict nothing is decided on a
+        # miss: the stored winner serves.
         return None, None, verified
     row.rank = 1
     return Decision(region.key, [row], row, record.chosen_by, record.note, verified, env, record.margin,
