@@ -115,4 +115,110 @@ def gated(x_ptr, wg_ptr, wu_ptr, out_ptr, M, N, K,
     tl.store(out_ptr + rm[:, None] * stride_om + rn[None, :], y.to(out_ptr.dtype.element_ty), mask=mask)
 
 
-KERNELS = {"gemm": gemm, "gated": gated}
+# Row ops of the ``rows`` kernel (``gpu_templates/triton_rows.py``'s ``ROW_OPS``).
+SOFTMAX: tl.constexpr = tl.constexpr(0)
+RMSNORM: tl.constexpr = tl.constexpr(1)
+LAYERNORM: tl.constexpr = tl.constexpr(2)
+
+
+@triton.jit
+def _row_tile(x_ptr, rows, cols, start, R, C, stride_xm, other):
+    """The [ROWS, BLOCK] tile of rows ``rows`` and columns ``start + cols`` in float32, and its mask (rows past R
+    and columns past C read as ``other``)."""
+    c = start + cols
+    mask = (rows < R)[:, None] & (c < C)[None, :]
+    x = tl.load(x_ptr + rows[:, None] * stride_xm + c[None, :], mask=mask, other=other)
+    return x.to(tl.float32), mask
+
+
+@triton.jit
+def _row_store(y_ptr, v, rows, cols, start, R, C, stride_ym, w_ptr, b_ptr, OP: tl.constexpr, HAS_BIAS: tl.constexpr):
+    """Store ``v`` (softmax: final; norms: normalized, before the weight and bias) at the tile's place."""
+    c = start + cols
+    in_c = c < C
+    if OP != SOFTMAX:
+        v = v * tl.load(w_ptr + c, mask=in_c, other=0.0).to(tl.float32)[None, :]
+        if HAS_BIAS:
+            v += tl.load(b_ptr + c, mask=in_c, other=0.0).to(tl.float32)[None, :]
+    mask = (rows < R)[:, None] & in_c[None, :]
+    tl.store(y_ptr + rows[:, None] * stride_ym + c[None, :], v.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def rows(x_ptr, w_ptr, b_ptr, y_ptr, eps, R, C, stride_xm, stride_ym,
+         OP: tl.constexpr, BLOCK: tl.constexpr, ROWS: tl.constexpr, LOOPED: tl.constexpr, HAS_BIAS: tl.constexpr):
+    """One row op over each of the R rows of ``x`` (C columns, unit column stride, rows ``stride_xm`` apart) into
+    ``y`` (rows ``stride_ym`` apart), ROWS rows a program, in float32:
+
+    * OP == SOFTMAX: ``exp(x - max) / sum(exp(x - max))`` (``w_ptr``, ``b_ptr`` and ``eps`` unused);
+    * OP == RMSNORM: ``x / sqrt(mean(x^2) + eps) * w``;
+    * OP == LAYERNORM: ``(x - mean) / sqrt(var + eps) * w (+ b)``, biased variance.
+
+    Not LOOPED: the row is one register tile (BLOCK >= C): one read, one write. LOOPED: BLOCK-wide chunks in two
+    passes (statistics, then normalize and store), so any C: softmax keeps a running max and rescales its running
+    sum (online softmax); layernorm merges each chunk's mean and squared deviations into the row's (Chan's
+    formula), so the variance is never ``E[x^2] - mean^2`` (which cancels on rows with a large mean). Each element
+    is read before its output is written, by the program that owns the row: ``y`` may be ``x`` (in place)."""
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    cols = tl.arange(0, BLOCK)
+    ninf = float("-inf")
+    if not LOOPED:
+        if OP == SOFTMAX:
+            x, mask = _row_tile(x_ptr, rows, cols, 0, R, C, stride_xm, ninf)
+            m = tl.max(x, 1)
+            e = tl.exp(x - m[:, None])  # padding: exp(-inf) = 0 (a fully masked row is NaN, as in the oracle)
+            v = e * (1.0 / tl.sum(e, 1))[:, None]
+        elif OP == RMSNORM:
+            x, mask = _row_tile(x_ptr, rows, cols, 0, R, C, stride_xm, 0.0)
+            v = x * (1.0 / tl.sqrt(tl.sum(x * x, 1) / C + eps))[:, None]
+        else:
+            x, mask = _row_tile(x_ptr, rows, cols, 0, R, C, stride_xm, 0.0)
+            mean = tl.sum(x, 1) / C
+            d = tl.where(mask, x - mean[:, None], 0.0)  # padding would count as (0 - mean)^2
+            v = d * (1.0 / tl.sqrt(tl.sum(d * d, 1) / C + eps))[:, None]
+        _row_store(y_ptr, v, rows, cols, 0, R, C, stride_ym, w_ptr, b_ptr, OP, HAS_BIAS)
+    else:
+        a = tl.zeros((ROWS,), dtype=tl.float32)  # softmax: running max; rmsnorm: sum of squares; layernorm: mean
+        s = tl.zeros((ROWS,), dtype=tl.float32)  # softmax: running sum; layernorm: squared deviations
+        if OP == SOFTMAX:
+            a = tl.full((ROWS,), ninf, tl.float32)
+        for start in range(0, C, BLOCK):
+            if OP == SOFTMAX:
+                x, mask = _row_tile(x_ptr, rows, cols, start, R, C, stride_xm, ninf)
+                m_new = tl.maximum(a, tl.max(x, 1))
+                # rows masked so far keep max -inf: shift by 0 there, not by -inf (exp(-inf + inf) is NaN)
+                shift = tl.where(m_new == ninf, 0.0, m_new)
+                s = s * tl.exp(a - shift) + tl.sum(tl.exp(x - shift[:, None]), 1)
+                a = m_new
+            elif OP == RMSNORM:
+                x, mask = _row_tile(x_ptr, rows, cols, start, R, C, stride_xm, 0.0)
+                a += tl.sum(x * x, 1)
+            else:
+                x, mask = _row_tile(x_ptr, rows, cols, start, R, C, stride_xm, 0.0)
+                n_b = tl.minimum(C - start, BLOCK).to(tl.float32)
+                mean_b = tl.sum(x, 1) / n_b
+                d = tl.where(mask, x - mean_b[:, None], 0.0)
+                n_a = start * 1.0  # columns merged so far (an int in the interpreter, a tensor compiled)
+                delta = mean_b - a
+                a += delta * (n_b / (n_a + n_b))
+                s += tl.sum(d * d, 1) + delta * delta * (n_a * n_b / (n_a + n_b))
+        if OP == SOFTMAX:
+            inv = 1.0 / s
+        elif OP == RMSNORM:
+            inv = 1.0 / tl.sqrt(a / C + eps)
+        else:
+            inv = 1.0 / tl.sqrt(s / C + eps)
+        for start in range(0, C, BLOCK):
+            if OP == SOFTMAX:
+                x, mask = _row_tile(x_ptr, rows, cols, start, R, C, stride_xm, ninf)
+                v = tl.exp(x - a[:, None]) * inv[:, None]
+            elif OP == RMSNORM:
+                x, mask = _row_tile(x_ptr, rows, cols, start, R, C, stride_xm, 0.0)
+                v = x * inv[:, None]
+            else:
+                x, mask = _row_tile(x_ptr, rows, cols, start, R, C, stride_xm, 0.0)
+                v = (x - a[:, None]) * inv[:, None]
+            _row_store(y_ptr, v, rows, cols, start, R, C, stride_ym, w_ptr, b_ptr, OP, HAS_BIAS)
+
+
+KERNELS = {"gemm": gemm, "gated": gated, "rows": rows}
