@@ -85,6 +85,58 @@ def gemm(a_ptr, b_ptr, c_ptr, bias_ptr, res_ptr, M, N, K,
         acc += res.to(tl.float32)
     tl.store(c_ptr + rm[:, None] * stride_cm + rn[None, :], acc.to(c_ptr.dtype.element_ty), mask=mask)
 
+@triton.jit
+def gemm_splitk(a_ptr, b_ptr, ws_ptr, M, N, K, K_PER, stride_am, stride_ak, stride_bk, stride_bn,
+                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+                EVEN_K: tl.constexpr):
+    """Split ``s = tl.program_id(1)`` of ``a @ b``: the float32 product over K columns [s K_PER, min(K, (s + 1)
+    K_PER)) into ``ws[s]`` ([M, N], C-contiguous, one slab a split); no epilogue (``splitk_reduce`` applies it).
+    K_PER is a multiple of BLOCK_K; EVEN_K: K a multiple of K_PER, so no slice has a tail."""
+    pid_m, pid_n = _tile_ids(M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    split = tl.program_id(1)
+    k0 = split * K_PER
+    depth = tl.minimum(K - k0, K_PER)
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + (rm % M)[:, None] * stride_am + (k0 + rk)[None, :] * stride_ak
+    b_ptrs = b_ptr + (k0 + rk)[:, None] * stride_bk + (rn % N)[None, :] * stride_bn
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for kk in range(0, tl.cdiv(depth, BLOCK_K)):
+        left = depth - kk * BLOCK_K
+        a, a_ptrs = _k_slice(a_ptrs, rk[None, :] < left, BLOCK_K * stride_ak, EVEN_K)
+        b, b_ptrs = _k_slice(b_ptrs, rk[:, None] < left, BLOCK_K * stride_bk, EVEN_K)
+        acc = tl.dot(a, b, acc)
+    mask = (rm < M)[:, None] & (rn < N)[None, :]
+    tl.store(ws_ptr + split * M * N + rm[:, None] * N + rn[None, :], acc, mask=mask)
+
+
+@triton.jit
+def splitk_reduce(ws_ptr, bias_ptr, res_ptr, c_ptr, M, N, SPLITS, stride_cm, stride_rm, stride_rn,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ACTIVATION: tl.constexpr, HAS_BIAS: tl.constexpr,
+                  HAS_RESIDUAL: tl.constexpr):
+    """``c = act(sum_s ws[s] + bias) + residual``: the splits summed in order 0, 1, ... (the same sum on every
+    run: deterministic, no atomics), the epilogue as ``gemm``'s on the float32 sum, one rounding at the store."""
+    pid = tl.program_id(0)
+    num_n = tl.cdiv(N, BLOCK_N)
+    rm = (pid // num_n) * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = (pid % num_n) * BLOCK_N + tl.arange(0, BLOCK_N)
+    in_n = rn < N
+    mask = (rm < M)[:, None] & in_n[None, :]
+    ws_ptrs = ws_ptr + rm[:, None] * N + rn[None, :]
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for _split in range(0, SPLITS):
+        acc += tl.load(ws_ptrs, mask=mask, other=0.0)
+        ws_ptrs += M * N
+    if HAS_BIAS:
+        acc += tl.load(bias_ptr + rn, mask=in_n, other=0.0).to(tl.float32)[None, :]
+    acc = _activate(acc, ACTIVATION)
+    if HAS_RESIDUAL:
+        res = tl.load(res_ptr + rm[:, None] * stride_rm + rn[None, :] * stride_rn, mask=mask, other=0.0)
+        acc += res.to(tl.float32)
+    tl.store(c_ptr + rm[:, None] * stride_cm + rn[None, :], acc.to(c_ptr.dtype.element_ty), mask=mask)
+
+
 
 @triton.jit
 def gated(x_ptr, wg_ptr, wu_ptr, out_ptr, M, N, K,
@@ -221,4 +273,4 @@ def rows(x_ptr, w_ptr, b_ptr, y_ptr, eps, R, C, stride_xm, stride_ym,
             _row_store(y_ptr, v, rows, cols, start, R, C, stride_ym, w_ptr, b_ptr, OP, HAS_BIAS)
 
 
-KERNELS = {"gemm": gemm, "gated": gated, "rows": rows}
+KERNELS = {"gemm": gemm, "gemm_splitk": gemm_splitk, "splitk_reduce": splitk_reduce, "gated": gated, "rows": rows}

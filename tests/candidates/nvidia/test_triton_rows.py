@@ -9,9 +9,6 @@ GPU gate tests are in ``test_triton_gpu.py``.
 """
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import types
 from pathlib import Path
 
@@ -22,6 +19,7 @@ from arbiter.candidates import REGISTRY, Tier, gpu_triton
 from arbiter.candidates.gpu_templates import triton_rows
 from arbiter.regions import LayerNorm, RMSNorm, Softmax
 from arbiter.verify import verify
+from triton_interpret import INTERPRETING, interpreted_kernels, pointer, run_interpreted, torch_view
 
 NAMES = {"softmax": "triton_softmax", "rmsnorm": "triton_rmsnorm", "layernorm": "triton_layernorm"}
 CUDA_ROWS = {"softmax": ("softmax_warp", "softmax_block"), "rmsnorm": ("rmsnorm_rows",),
@@ -161,55 +159,14 @@ def test_a_call_passes_the_pointers_then_eps(monkeypatch):
 
 
 # --- the kernel itself, under Triton's interpreter ---------------------------------------------------------------
-INTERPRETING = os.environ.get("TRITON_INTERPRET") == "1"
-
-
 @pytest.mark.skipif(INTERPRETING, reason="this process is the interpreted run")
 def test_the_kernel_under_triton_interpreter():
-    """Triton's interpreter replaces ``@triton.jit`` functions when Triton is imported under TRITON_INTERPRET=1
-    (its own reductions' combine functions included), so the ``interpreted`` tests run in a fresh process."""
-    pytest.importorskip("triton")
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k",
-                           "interpreted"], env=env, capture_output=True, text=True, timeout=900,
-                          cwd=Path(__file__).parents[3])
-    assert done.returncode == 0 and " passed" in done.stdout, done.stdout[-6000:] + done.stderr[-3000:]
+    run_interpreted(__file__)
 
 
 @pytest.fixture(scope="module")
 def interpreted():
-    """``_triton_kernels`` with its ``@triton.jit`` functions interpreted (this process imported Triton under
-    TRITON_INTERPRET=1: ``test_the_kernel_under_triton_interpreter`` starts it)."""
-    if not INTERPRETING:
-        pytest.skip("run by test_the_kernel_under_triton_interpreter under TRITON_INTERPRET=1")
-    pytest.importorskip("triton")
-    mp = pytest.MonkeyPatch()
-    _index_on_numpy_2(mp)
-    yield gpu_triton.kernels()
-    mp.undo()
-
-
-def _index_on_numpy_2(mp):
-    """Triton's interpreter converts a scalar (a one-element array) to an index with ``int(array)``, which NumPy
-    2.4 refuses for arrays of one dimension; ``range(0, C, BLOCK)`` with a runtime ``C`` needs it."""
-    from triton.runtime import interpreter
-
-    patch = interpreter._patch_lang_tensor
-
-    def patched(tensor, scope):
-        patch(tensor, scope)
-        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
-
-    mp.setattr(interpreter, "_patch_lang_tensor", patched)
-
-
-def _torch(array):
-    """A zero-copy torch view of a NumPy operand (its strides kept; bfloat16 through its bits)."""
-    import torch
-
-    if array.dtype.name == "bfloat16":
-        return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
-    return torch.from_numpy(array)
+    yield from interpreted_kernels()
 
 
 class Interpreted:
@@ -223,14 +180,13 @@ class Interpreted:
 
     def run(self, region, params):
         out = region.alloc_out()
-        ptr = lambda a: a.__array_interface__["data"][0]  # noqa: E731
         weight, bias = getattr(region, "weight", None), getattr(region, "bias", None)
-        aligned = not any(ptr(a) % 16 for a in (region.x, weight, bias, out) if a is not None)
+        aligned = not any(pointer(a) % 16 for a in (region.x, weight, bias, out) if a is not None)
         spec, grid = triton_rows.rows_spec(region, tuple(params["tile"]), aligned, out)
-        x = _torch(region.x).reshape(-1, region.dims["cols"]) if region.x.ndim != 2 else _torch(region.x)
-        y = _torch(out)
-        w = _torch(weight) if weight is not None else x
-        b = _torch(bias) if bias is not None else x
+        x = torch_view(region.x).reshape(-1, region.dims["cols"]) if region.x.ndim != 2 else torch_view(region.x)
+        y = torch_view(out)
+        w = torch_view(weight) if weight is not None else x
+        b = torch_view(bias) if bias is not None else x
         names = list(spec.signature)[5:]
         gpu_triton.kernels().rows[grid](x, w, b, y, getattr(region, "eps", 0.0), **dict(zip(names, spec.values)))
         return out
