@@ -249,11 +249,15 @@ def triton_case(op, shape, dtype, kind) -> dict:
             return F.gelu(torch.addmm(tbias, ta, tb))
         peer_name, flop = "torch F.gelu(torch.addmm(...))", 2.0 * m * n * k
     tiles = {}
-    for params in cand.param_space():
+    from arbiter.candidates.gpu_templates.triton_matmul import split_of
+
+    served = [p for p in cand.param_space()  # a split-K tile declines where split_of gives one split
+              if not p.get("split_k") or split_of(m, n, region.dims["k"], p["tile"])[0] > 1]
+    for params in served:
         cand.run(region, params)  # compile outside the timing
         t, spread = _measure(lambda params=params: cand.run(region, params))
-        tiles[_triton_label(params["tile"])] = {"us": t * 1e6, "spread": spread, "tflops": flop / t / 1e12}
-    best = min(cand.param_space(), key=lambda p: tiles[_triton_label(p["tile"])]["us"])
+        tiles[_triton_label(params)] = {"us": t * 1e6, "spread": spread, "tflops": flop / t / 1e12}
+    best = min(served, key=lambda p: tiles[_triton_label(p)]["us"])
     call, stack, decision = _triton_user_path(op, region, cand, best)
     try:
         pair = paired(peer, call)
@@ -264,9 +268,9 @@ def triton_case(op, shape, dtype, kind) -> dict:
             "tiles": tiles, "user_path": pair}
 
 
-def _triton_label(tile) -> str:
-    bm, bn, bk, group, warps, stages = tile
-    return f"{bm}x{bn}x{bk} g{group} w{warps} s{stages}"
+def _triton_label(params) -> str:
+    bm, bn, bk, group, warps, stages = params["tile"]
+    return f"{bm}x{bn}x{bk} g{group} w{warps} s{stages}" + (" split-K" if params.get("split_k") else "")
 
 
 def enqueue_us(call, sync, n: int = 400, rounds: int = 7) -> float:

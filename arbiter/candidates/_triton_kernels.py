@@ -85,6 +85,58 @@ def gemm(a_ptr, b_ptr, c_ptr, bias_ptr, res_ptr, M, N, K,
         acc += res.to(tl.float32)
     tl.store(c_ptr + rm[:, None] * stride_cm + rn[None, :], acc.to(c_ptr.dtype.element_ty), mask=mask)
 
+@triton.jit
+def gemm_splitk(a_ptr, b_ptr, ws_ptr, M, N, K, K_PER, stride_am, stride_ak, stride_bk, stride_bn,
+                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+                EVEN_K: tl.constexpr):
+    """Split ``s = tl.program_id(1)`` of ``a @ b``: the float32 product over K columns [s K_PER, min(K, (s + 1)
+    K_PER)) into ``ws[s]`` ([M, N], C-contiguous, one slab a split); no epilogue (``splitk_reduce`` applies it).
+    K_PER is a multiple of BLOCK_K; EVEN_K: K a multiple of K_PER, so no slice has a tail."""
+    pid_m, pid_n = _tile_ids(M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    split = tl.program_id(1)
+    k0 = split * K_PER
+    depth = tl.minimum(K - k0, K_PER)
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + (rm % M)[:, None] * stride_am + (k0 + rk)[None, :] * stride_ak
+    b_ptrs = b_ptr + (k0 + rk)[:, None] * stride_bk + (rn % N)[None, :] * stride_bn
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for kk in range(0, tl.cdiv(depth, BLOCK_K)):
+        left = depth - kk * BLOCK_K
+        a, a_ptrs = _k_slice(a_ptrs, rk[None, :] < left, BLOCK_K * stride_ak, EVEN_K)
+        b, b_ptrs = _k_slice(b_ptrs, rk[:, None] < left, BLOCK_K * stride_bk, EVEN_K)
+        acc = tl.dot(a, b, acc)
+    mask = (rm < M)[:, None] & (rn < N)[None, :]
+    tl.store(ws_ptr + split * M * N + rm[:, None] * N + rn[None, :], acc, mask=mask)
+
+
+@triton.jit
+def splitk_reduce(ws_ptr, bias_ptr, res_ptr, c_ptr, M, N, SPLITS, stride_cm, stride_rm, stride_rn,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ACTIVATION: tl.constexpr, HAS_BIAS: tl.constexpr,
+                  HAS_RESIDUAL: tl.constexpr):
+    """``c = act(sum_s ws[s] + bias) + residual``: the splits summed in order 0, 1, ... (the same sum on every
+    run: deterministic, no atomics), the epilogue as ``gemm``'s on the float32 sum, one rounding at the store."""
+    pid = tl.program_id(0)
+    num_n = tl.cdiv(N, BLOCK_N)
+    rm = (pid // num_n) * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = (pid % num_n) * BLOCK_N + tl.arange(0, BLOCK_N)
+    in_n = rn < N
+    mask = (rm < M)[:, None] & in_n[None, :]
+    ws_ptrs = ws_ptr + rm[:, None] * N + rn[None, :]
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for _split in range(0, SPLITS):
+        acc += tl.load(ws_ptrs, mask=mask, other=0.0)
+        ws_ptrs += M * N
+    if HAS_BIAS:
+        acc += tl.load(bias_ptr + rn, mask=in_n, other=0.0).to(tl.float32)[None, :]
+    acc = _activate(acc, ACTIVATION)
+    if HAS_RESIDUAL:
+        res = tl.load(res_ptr + rm[:, None] * stride_rm + rn[None, :] * stride_rn, mask=mask, other=0.0)
+        acc += res.to(tl.float32)
+    tl.store(c_ptr + rm[:, None] * stride_cm + rn[None, :], acc.to(c_ptr.dtype.element_ty), mask=mask)
+
+
 
 @triton.jit
 def gated(x_ptr, wg_ptr, wu_ptr, out_ptr, M, N, K,
@@ -115,4 +167,110 @@ def gated(x_ptr, wg_ptr, wu_ptr, out_ptr, M, N, K,
     tl.store(out_ptr + rm[:, None] * stride_om + rn[None, :], y.to(out_ptr.dtype.element_ty), mask=mask)
 
 
-KERNELS = {"gemm": gemm, "gated": gated}
+# Row ops of the ``rows`` kernel (``gpu_templates/triton_rows.py``'s ``ROW_OPS``).
+SOFTMAX: tl.constexpr = tl.constexpr(0)
+RMSNORM: tl.constexpr = tl.constexpr(1)
+LAYERNORM: tl.constexpr = tl.constexpr(2)
+
+
+@triton.jit
+def _row_tile(x_ptr, rows, cols, start, R, C, stride_xm, other):
+    """The [ROWS, BLOCK] tile of rows ``rows`` and columns ``start + cols`` in float32, and its mask (rows past R
+    and columns past C read as ``other``)."""
+    c = start + cols
+    mask = (rows < R)[:, None] & (c < C)[None, :]
+    x = tl.load(x_ptr + rows[:, None] * stride_xm + c[None, :], mask=mask, other=other)
+    return x.to(tl.float32), mask
+
+
+@triton.jit
+def _row_store(y_ptr, v, rows, cols, start, R, C, stride_ym, w_ptr, b_ptr, OP: tl.constexpr, HAS_BIAS: tl.constexpr):
+    """Store ``v`` (softmax: final; norms: normalized, before the weight and bias) at the tile's place."""
+    c = start + cols
+    in_c = c < C
+    if OP != SOFTMAX:
+        v = v * tl.load(w_ptr + c, mask=in_c, other=0.0).to(tl.float32)[None, :]
+        if HAS_BIAS:
+            v += tl.load(b_ptr + c, mask=in_c, other=0.0).to(tl.float32)[None, :]
+    mask = (rows < R)[:, None] & in_c[None, :]
+    tl.store(y_ptr + rows[:, None] * stride_ym + c[None, :], v.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def rows(x_ptr, w_ptr, b_ptr, y_ptr, eps, R, C, stride_xm, stride_ym,
+         OP: tl.constexpr, BLOCK: tl.constexpr, ROWS: tl.constexpr, LOOPED: tl.constexpr, HAS_BIAS: tl.constexpr):
+    """One row op over each of the R rows of ``x`` (C columns, unit column stride, rows ``stride_xm`` apart) into
+    ``y`` (rows ``stride_ym`` apart), ROWS rows a program, in float32:
+
+    * OP == SOFTMAX: ``exp(x - max) / sum(exp(x - max))`` (``w_ptr``, ``b_ptr`` and ``eps`` unused);
+    * OP == RMSNORM: ``x / sqrt(mean(x^2) + eps) * w``;
+    * OP == LAYERNORM: ``(x - mean) / sqrt(var + eps) * w (+ b)``, biased variance.
+
+    Not LOOPED: the row is one register tile (BLOCK >= C): one read, one write. LOOPED: BLOCK-wide chunks in two
+    passes (statistics, then normalize and store), so any C: softmax keeps a running max and rescales its running
+    sum (online softmax); layernorm merges each chunk's mean and squared deviations into the row's (Chan's
+    formula), so the variance is never ``E[x^2] - mean^2`` (which cancels on rows with a large mean). Each element
+    is read before its output is written, by the program that owns the row: ``y`` may be ``x`` (in place)."""
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    cols = tl.arange(0, BLOCK)
+    ninf = float("-inf")
+    if not LOOPED:
+        if OP == SOFTMAX:
+            x, mask = _row_tile(x_ptr, rows, cols, 0, R, C, stride_xm, ninf)
+            m = tl.max(x, 1)
+            e = tl.exp(x - m[:, None])  # padding: exp(-inf) = 0 (a fully masked row is NaN, as in the oracle)
+            v = e * (1.0 / tl.sum(e, 1))[:, None]
+        elif OP == RMSNORM:
+            x, mask = _row_tile(x_ptr, rows, cols, 0, R, C, stride_xm, 0.0)
+            v = x * (1.0 / tl.sqrt(tl.sum(x * x, 1) / C + eps))[:, None]
+        else:
+            x, mask = _row_tile(x_ptr, rows, cols, 0, R, C, stride_xm, 0.0)
+            mean = tl.sum(x, 1) / C
+            d = tl.where(mask, x - mean[:, None], 0.0)  # padding would count as (0 - mean)^2
+            v = d * (1.0 / tl.sqrt(tl.sum(d * d, 1) / C + eps))[:, None]
+        _row_store(y_ptr, v, rows, cols, 0, R, C, stride_ym, w_ptr, b_ptr, OP, HAS_BIAS)
+    else:
+        a = tl.zeros((ROWS,), dtype=tl.float32)  # softmax: running max; rmsnorm: sum of squares; layernorm: mean
+        s = tl.zeros((ROWS,), dtype=tl.float32)  # softmax: running sum; layernorm: squared deviations
+        if OP == SOFTMAX:
+            a = tl.full((ROWS,), ninf, tl.float32)
+        for start in range(0, C, BLOCK):
+            if OP == SOFTMAX:
+                x, mask = _row_tile(x_ptr, rows, cols, start, R, C, stride_xm, ninf)
+                m_new = tl.maximum(a, tl.max(x, 1))
+                # rows masked so far keep max -inf: shift by 0 there, not by -inf (exp(-inf + inf) is NaN)
+                shift = tl.where(m_new == ninf, 0.0, m_new)
+                s = s * tl.exp(a - shift) + tl.sum(tl.exp(x - shift[:, None]), 1)
+                a = m_new
+            elif OP == RMSNORM:
+                x, mask = _row_tile(x_ptr, rows, cols, start, R, C, stride_xm, 0.0)
+                a += tl.sum(x * x, 1)
+            else:
+                x, mask = _row_tile(x_ptr, rows, cols, start, R, C, stride_xm, 0.0)
+                n_b = tl.minimum(C - start, BLOCK).to(tl.float32)
+                mean_b = tl.sum(x, 1) / n_b
+                d = tl.where(mask, x - mean_b[:, None], 0.0)
+                n_a = start * 1.0  # columns merged so far (an int in the interpreter, a tensor compiled)
+                delta = mean_b - a
+                a += delta * (n_b / (n_a + n_b))
+                s += tl.sum(d * d, 1) + delta * delta * (n_a * n_b / (n_a + n_b))
+        if OP == SOFTMAX:
+            inv = 1.0 / s
+        elif OP == RMSNORM:
+            inv = 1.0 / tl.sqrt(a / C + eps)
+        else:
+            inv = 1.0 / tl.sqrt(s / C + eps)
+        for start in range(0, C, BLOCK):
+            if OP == SOFTMAX:
+                x, mask = _row_tile(x_ptr, rows, cols, start, R, C, stride_xm, ninf)
+                v = tl.exp(x - a[:, None]) * inv[:, None]
+            elif OP == RMSNORM:
+                x, mask = _row_tile(x_ptr, rows, cols, start, R, C, stride_xm, 0.0)
+                v = x * inv[:, None]
+            else:
+                x, mask = _row_tile(x_ptr, rows, cols, start, R, C, stride_xm, 0.0)
+                v = (x - a[:, None]) * inv[:, None]
+            _row_store(y_ptr, v, rows, cols, start, R, C, stride_ym, w_ptr, b_ptr, OP, HAS_BIAS)
+
+
+KERNELS = {"gemm": gemm, "gemm_splitk": gemm_splitk, "splitk_reduce": splitk_reduce, "gated": gated, "rows": rows}

@@ -127,12 +127,17 @@ class Spec:
         self.signature: dict[str, str] = {}
         self.constexprs: dict[str, object] = {}
         self.divisible: list[int] = []
-        self.values: list = []  # what the launcher takes after the pointers: ints and constexpr values
+        self.values: list = []  # what the launcher takes after the pointers (and runtime scalars): ints, constexprs
 
     def pointer(self, name: str, ptype: str, aligned: bool) -> None:
         self._add(name, ptype)
         if aligned:
             self.divisible.append(self.names.index(name))
+
+    def runtime(self, name: str, ty: str) -> None:
+        """An argument passed on every call beside the pointers (a runtime scalar such as ``eps``: not keyed, so
+        never bound into a plan); it must come right after the pointers."""
+        self._add(name, ty)
 
     def integer(self, name: str, value: int, wide: bool, unit_constexpr: bool = True) -> None:
         if unit_constexpr and value == 1:

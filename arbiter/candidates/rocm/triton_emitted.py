@@ -1,9 +1,10 @@
-"""Emitted Triton kernels on AMD GPUs: the shared Triton GEMM (epilogues fused) and fused SwiGLU, the same
-templates (``candidates/_triton_kernels.py``) compiled by Triton's HIP backend.
+"""Emitted Triton kernels on AMD GPUs: the shared Triton GEMM (epilogues fused), fused SwiGLU and row ops (softmax,
+RMSNorm, LayerNorm), the same templates (``candidates/_triton_kernels.py``) compiled by Triton's HIP backend.
 
 Available where the rocm target is and Triton's active driver is HIP (a ROCm build of PyTorch beside Triton:
 Triton picks its driver through PyTorch); otherwise each says why, with the install hint. Unlike the hiprtc
-kernels, the epilogue is the kernel's own, so these serve fused epilogues and half precision. Launches go to the
+kernels, the epilogue is the kernel's own, so these serve fused epilogues and half precision (the row ops too:
+float16, bfloat16 and float32, where the hiprtc row kernels take float32 only). Launches go to the
 null stream, as the rocm target's other kernels do, through the compiled kernel's launcher (``gpu_triton``).
 """
 from __future__ import annotations
@@ -12,6 +13,7 @@ from arbiter import targets
 from arbiter.candidates import register
 from arbiter.candidates.gpu_templates.triton_gated import TritonGated
 from arbiter.candidates.gpu_templates.triton_matmul import TritonMatmul
+from arbiter.candidates.gpu_templates.triton_rows import TritonLayerNorm, TritonRMSNorm, TritonSoftmax
 from arbiter.memo import Memo
 
 
@@ -43,5 +45,23 @@ class RocmTritonGated(RocmTriton, TritonGated):
     plans = Memo()
 
 
+class RocmTritonSoftmax(RocmTriton, TritonSoftmax):
+    name = "rocm_triton_softmax"
+    plans = Memo()
+
+
+class RocmTritonRMSNorm(RocmTriton, TritonRMSNorm):
+    name = "rocm_triton_rmsnorm"
+    plans = Memo()
+
+
+class RocmTritonLayerNorm(RocmTriton, TritonLayerNorm):
+    name = "rocm_triton_layernorm"
+    plans = Memo()
+
+
 register(RocmTritonMatmul())
 register(RocmTritonGated())
+register(RocmTritonSoftmax())
+register(RocmTritonRMSNorm())
+register(RocmTritonLayerNorm())

@@ -19,6 +19,7 @@ from arbiter.candidates import REGISTRY, Tier, gpu_triton
 from arbiter.candidates.gpu_templates import triton_gated, triton_matmul
 from arbiter.memo import Memo
 from arbiter.regions import Gated, Matmul
+from triton_interpret import INTERPRETING, interpreted_kernels, run_interpreted, torch_view
 
 
 def _cand(name="triton_matmul", op="matmul", target="nvidia"):
@@ -29,9 +30,10 @@ def _cand(name="triton_matmul", op="matmul", target="nvidia"):
 def test_they_register_as_emitted_with_their_tiles_as_solution_indices():
     mm, gated = _cand(), _cand("triton_gated", "gated")
     assert mm.tier == gated.tier == Tier.EMITTED
-    assert [tuple(p["tile"]) for p in mm.param_space()] == triton_matmul.TILES
+    assert [tuple(p["tile"]) for p in mm.param_space() if "split_k" not in p] == triton_matmul.TILES
+    assert [tuple(p["tile"]) for p in mm.param_space() if p.get("split_k")] == triton_matmul.SPLIT_TILES
     assert [tuple(p["tile"]) for p in gated.param_space()] == triton_gated.TILES
-    for bm, bn, bk, group, warps, stages in triton_matmul.TILES + triton_gated.TILES:
+    for bm, bn, bk, group, warps, stages in triton_matmul.TILES + triton_matmul.SPLIT_TILES + triton_gated.TILES:
         assert all(v & (v - 1) == 0 for v in (bm, bn, bk, warps)) and group >= 1 and stages >= 2
         ring = stages * (bm * bk + bk * bn * (2 if (bm, bn, bk, group, warps, stages) in triton_gated.TILES else 1))
         assert ring * 2 <= 227 * 1024  # the fp16 ring fits H100/H200's opt-in shared memory
@@ -195,3 +197,113 @@ def test_use_private_cache_points_triton_at_the_private_folder(monkeypatch, tmp_
 def test_the_identity_digests_the_kernels_and_tritons_version():
     text = _cand().source()
     assert "def gemm(" in text and "def gated(" in text and "triton==" in text
+
+
+def test_split_of_cuts_deep_k_only_where_the_output_has_few_tiles():
+    tile = triton_matmul.SPLIT_TILES[0]  # 64 x 64
+    assert triton_matmul.split_of(8192, 8192, 8192, tile) == (1, 8192)  # 16384 tiles: no split
+    assert triton_matmul.split_of(256, 256, 1000, tile) == (1, 1000)  # K under two slices of 512
+    splits, per = triton_matmul.split_of(256, 256, 4096, tile)  # 16 tiles: 8 slices of 512
+    assert (splits, per) == (8, 512)
+    for m, n, k in [(512, 512, 8192), (300, 200, 5000), (64, 64, 1024), (1, 8, 70000)]:
+        splits, per = triton_matmul.split_of(m, n, k, tile)
+        assert 2 <= splits <= triton_matmul.MAX_SPLITS and per % tile[2] == 0 and per >= 512
+        assert (splits - 1) * per < k <= splits * per  # every slice has work, the last may be shorter
+
+
+def test_a_split_k_specialization_pair_states_the_workspace_and_the_epilogue(gemm_kernel, monkeypatch):
+    kernels = types.SimpleNamespace(gemm_splitk=_kernel_args(SPLITK_ARGS), splitk_reduce=_kernel_args(REDUCE_ARGS))
+    monkeypatch.setattr(gpu_triton, "kernels", lambda: kernels)
+    region = Matmul.random("cpu", "float16", {"m": 100, "n": 64, "k": 4096}, {"bias": "1", "activation": "relu",
+                                                                           "residual": "1"})
+    out = np.empty((100, 64), np.float16)
+    splits, per = triton_matmul.split_of(100, 64, 4096, (64, 64, 64, 8, 4, 3))
+    ws = np.empty((splits, 100, 64), np.float32)
+    gemm, grid, reduce, rgrid = triton_matmul.splitk_specs(region, (64, 64, 64, 8, 4, 3), True, out, ws, splits, per)
+    assert gemm.signature["ws_ptr"] == reduce.signature["ws_ptr"] == "*fp32" and gemm.signature["a_ptr"] == "*fp16"
+    assert dict(zip(SPLITK_ARGS[3:], gemm.values))["K_PER"] == per and gemm.constexprs["EVEN_K"] == (4096 % per == 0)
+    assert grid == (2, splits, 1)  # the tiles, times the splits
+    assert reduce.constexprs["ACTIVATION"] == 1 and reduce.constexprs["HAS_RESIDUAL"] is True
+    assert dict(zip(REDUCE_ARGS[4:], reduce.values))["SPLITS"] == splits and rgrid == (4, 1, 1)
+
+
+def test_a_split_tile_that_does_not_apply_declines_with_the_plain_tiles_result(monkeypatch):
+    cand = _cand()
+    monkeypatch.setattr(type(cand), "split_plan", lambda self, *a: None)
+    monkeypatch.setattr(type(cand), "plan", lambda self, *a: None)  # the plain tile: nothing to launch here
+    region = Matmul.random("cpu", "float16", {"m": 4, "n": 4, "k": 4})
+    region = types.SimpleNamespace(a=_ptr(16), b=_ptr(32), bias=None, residual=None, dims=region.dims,
+                                   alloc_out=lambda: out)
+    out = types.SimpleNamespace(data=types.SimpleNamespace(ptr=48), size=16)
+    split = next(p for p in cand.param_space() if p.get("split_k"))
+    result = cand.run(region, split)
+    from arbiter.candidates import Fallback
+
+    assert type(result) is Fallback and result.result is out and "split-K" in result.reason
+
+
+def _ptr(p):
+    return types.SimpleNamespace(data=types.SimpleNamespace(ptr=p))
+
+
+SPLITK_ARGS = ["a_ptr", "b_ptr", "ws_ptr", "M", "N", "K", "K_PER", "stride_am", "stride_ak", "stride_bk", "stride_bn",
+               "BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "EVEN_K"]
+REDUCE_ARGS = ["ws_ptr", "bias_ptr", "res_ptr", "c_ptr", "M", "N", "SPLITS", "stride_cm", "stride_rm", "stride_rn",
+               "BLOCK_M", "BLOCK_N", "ACTIVATION", "HAS_BIAS", "HAS_RESIDUAL"]
+
+
+def test_the_split_k_argument_lists_here_are_the_kernels():
+    text = (Path(gpu_triton.__file__).parent / "_triton_kernels.py").read_text()
+    for kernel, names in (("gemm_splitk", SPLITK_ARGS), ("splitk_reduce", REDUCE_ARGS)):
+        head = text.split(f"def {kernel}(", 1)[1].split("):", 1)[0]
+        assert [p.split(":")[0].strip() for p in head.replace("\n", " ").split(",") if p.strip()] == names
+
+
+@pytest.mark.skipif(INTERPRETING, reason="this process is the interpreted run")
+def test_the_split_k_kernels_under_triton_interpreter():
+    run_interpreted(__file__)
+
+
+@pytest.fixture(scope="module")
+def interpreted():
+    yield from interpreted_kernels()
+
+
+@pytest.mark.parametrize("dims,attrs,layout", [
+    ({"m": 37, "n": 50, "k": 300}, {"bias": "1", "activation": "gelu", "residual": "1"}, "RR"),
+    ({"m": 20, "n": 9, "k": 129}, {"activation": "silu"}, "CS"),
+    ({"m": 64, "n": 64, "k": 256}, {}, "RR"),
+], ids=["epilogue-tails", "strided", "even"])
+def test_interpreted_split_k_matches_float64_in_a_fixed_order(interpreted, monkeypatch, dims, attrs, layout):
+    """Both kernels as the candidate specializes them (slices of 32 here: the interpreter is slow), K tails in the
+    last slice, every epilogue; twice, bit for bit (deterministic)."""
+    import math
+
+    monkeypatch.setattr(triton_matmul, "SPLIT_MIN_K", 32)
+    region = Matmul.random("cpu", "float16", dims, attrs, layout, rng=np.random.default_rng(7))
+    m, n, k = dims["m"], dims["n"], dims["k"]
+    tile = (16, 16, 16, 8, 4, 3)
+    splits, per = triton_matmul.split_of(m, n, k, tile)
+    assert splits >= 2
+    results = []
+    for _ in range(2):
+        out = np.full((m, n), np.nan, np.float16)
+        ws = np.full((splits, m, n), np.nan, np.float32)
+        gemm, grid, reduce, rgrid = triton_matmul.splitk_specs(region, tile, True, out, ws, splits, per)
+        a, b, w, y = (torch_view(v) for v in (region.a, region.b, ws, out))
+        interpreted.gemm_splitk[grid](a, b, w, **dict(zip(list(gemm.signature)[3:], gemm.values)))
+        bias = torch_view(region.bias) if region.bias is not None else a
+        res = torch_view(region.residual) if region.residual is not None else a
+        interpreted.splitk_reduce[rgrid](w, bias, res, y, **dict(zip(list(reduce.signature)[4:], reduce.values)))
+        results.append(out)
+    want = region.a.astype(np.float64) @ region.b.astype(np.float64)
+    if region.bias is not None:
+        want += region.bias
+    if region.activation == "gelu":
+        want = 0.5 * want * (1 + np.vectorize(math.erf)(want / np.sqrt(2)))
+    elif region.activation == "silu":
+        want = want / (1 + np.exp(-want))
+    if region.residual is not None:
+        want += region.residual
+    assert np.linalg.norm(results[0] - want) / np.linalg.norm(want) < 1e-3
+    assert np.array_equal(results[0], results[1])

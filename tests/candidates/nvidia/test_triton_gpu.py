@@ -3,7 +3,9 @@
 Every matmul tile through the F4 gate at shapes that are no multiple of any tile (M or N of 1, odd K), every
 fused epilogue in row-major and column-major/strided layouts, the default tile at 4096^3 with the whole epilogue,
 every SwiGLU tile (odd and strided) and the fused SwiGLU at a llama shape; a warm call takes the thin launch and
-Triton's compiled kernels land in the private cache folder.
+Triton's compiled kernels land in the private cache folder. Every split-K tile where it splits (deterministic run to
+run), and every row-op tile (softmax, RMSNorm, LayerNorm) at odd, strided, looped and large widths in float32,
+float16 and bfloat16.
 """
 from __future__ import annotations
 
@@ -14,8 +16,8 @@ import numpy as np
 import pytest
 
 from arbiter.candidates import REGISTRY
-from arbiter.candidates.gpu_templates import triton_gated, triton_matmul
-from arbiter.regions import Gated, Matmul
+from arbiter.candidates.gpu_templates import triton_gated, triton_matmul, triton_rows
+from arbiter.regions import Gated, LayerNorm, Matmul, RMSNorm, Softmax
 from gpu_support import check_builtin_solution, gpu_available, requires_gpu
 
 requires_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="Triton is not installed")
@@ -113,3 +115,51 @@ def test_a_warm_call_takes_the_thin_launch_and_the_cache_is_the_private_folder()
     want = a @ b + bias
     want = 0.5 * want * (1 + np.vectorize(math.erf)(want / np.sqrt(2)))
     assert np.abs(nv.to_host(first).astype(np.float64) - want).max() < 0.05
+
+
+SPLIT_SOLUTIONS = [{"tile": list(t), "split_k": True} for t in triton_matmul.SPLIT_TILES]
+
+
+@pytest.mark.parametrize("params", SPLIT_SOLUTIONS, ids=_params_id)
+@pytest.mark.parametrize("shape,epilogue", [((512, 512, 8192), "bias+gelu+residual"), ((129, 136, 4100), "relu"),
+                                            ((64, 8, 70000), "silu+residual")], ids=["square", "odd", "deep"])
+def test_every_split_k_solution_passes_the_gate_where_it_splits(params, shape, epilogue):
+    m, n, k = shape
+    assert triton_matmul.split_of(m, n, k, params["tile"])[0] >= 2
+    region = Matmul.random("nvidia", "float16", {"m": m, "n": n, "k": k}, EPILOGUES[epilogue],
+                           rng=np.random.default_rng(37))
+    check_builtin_solution(_cand(), params, region)
+
+
+def test_a_split_k_call_is_deterministic():
+    cand = _cand()
+    region = Matmul.random("nvidia", "bfloat16" if "bfloat16" in _dtypes() else "float16",
+                           {"m": 256, "n": 256, "k": 8192}, EPILOGUES["bias+gelu_tanh"], rng=np.random.default_rng(38))
+    params = SPLIT_SOLUTIONS[0]
+    from arbiter import targets
+
+    nv = targets.get("nvidia")
+    first, second = (nv.to_host(cand.run(region, params)).copy() for _ in range(2))
+    assert np.array_equal(first.view(np.uint16), second.view(np.uint16))
+
+
+ROW_REGIONS = {"softmax": Softmax, "rmsnorm": RMSNorm, "layernorm": LayerNorm}
+ROW_SOLUTIONS = [{"tile": list(t)} for t in triton_rows.TILES]
+
+
+@pytest.mark.parametrize("params", ROW_SOLUTIONS, ids=_params_id)
+@pytest.mark.parametrize("op", ROW_REGIONS)
+@pytest.mark.parametrize("dims,layout", [({"rows": 129, "cols": 768}, "R"), ({"rows": 33, "cols": 1000}, "P"),
+                                         ({"rows": 9, "cols": 20000}, "R"), ({"rows": 4096, "cols": 2048}, "R")],
+                         ids=["768", "strided-1000", "looped-20000", "4096x2048"])
+def test_every_row_solution_passes_the_gate(params, op, dims, layout):
+    for dtype in ["float32"] + _dtypes():
+        region = ROW_REGIONS[op].random("nvidia", dtype, dims, layout=layout, rng=np.random.default_rng(39))
+        check_builtin_solution(_cand(f"triton_{op}", op), params, region)
+
+
+@pytest.mark.parametrize("op", ROW_REGIONS)
+def test_the_default_row_tile_passes_the_gate_at_8192_square(op):
+    region = ROW_REGIONS[op].random("nvidia", _dtypes()[-1], {"rows": 8192, "cols": 8192},
+                                    rng=np.random.default_rng(40))
+    check_builtin_solution(_cand(f"triton_{op}", op), ROW_SOLUTIONS[0], region)

@@ -60,7 +60,8 @@ def test_half_types_keep_ptx_so_rocm_kernels_serve_float32_only():
     text = preprocess(HIP.source("float16", {}, ()), "-D__HIPCC_RTC__")
     assert "cvt.f32.f16" in text  # the reason the backend's dtypes are float32 (common.cuh's conversions)
     assert HIP.dtypes == ("float32",)
-    assert all(c.dtypes == ("float32",) for op in ("softmax", "rmsnorm") for c in REGISTRY.candidates("rocm", op))
+    assert all(c.dtypes == ("float32",) for op in ("softmax", "rmsnorm") for c in REGISTRY.candidates("rocm", op)
+               if "triton" not in c.name)  # the Triton row ops are Triton's kernels, not these templates
 
 
 def test_every_rocm_candidate_is_unavailable_with_the_target_reason(monkeypatch):

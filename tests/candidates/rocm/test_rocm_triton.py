@@ -76,10 +76,11 @@ def test_a_call_launches_the_compiled_kernel_with_device_pointers_on_the_null_st
     dims = {"m": 70, "n": 33, "k": 19}
     region = (Matmul.random("rocm", "float16", dims, {"bias": "1", "activation": "relu"}) if op == "matmul"
               else Gated.random("rocm", "float16", dims, rng=np.random.default_rng(3)))
-    tile = list(cand.param_space()[-1]["tile"])
+    last = [p for p in cand.param_space() if "split_k" not in p][-1]  # a plain tile (70x33 never splits K)
+    tile = list(last["tile"])
     before = cand.identity()
-    cand.run(region, cand.param_space()[-1])
-    out = cand.run(region, cand.param_space()[-1])  # warm: the same plan, no second compile
+    cand.run(region, last)
+    out = cand.run(region, last)  # warm: the same plan, no second compile
     assert asked.calls == [("gemm" if op == "matmul" else "gated", "hip", 0, tile[4], tile[5])]
     assert len(compiled.calls) == 2
     grid, args, stream = compiled.calls[-1]
@@ -97,3 +98,46 @@ def _signature(kernel):
     head = text.split(f"def {kernel}(", 1)[1].split("):", 1)[0]
     names = [p.split(":")[0].strip() for p in head.replace("\n", " ").split(",") if p.strip()]
     return types.SimpleNamespace(fn=eval(f"lambda {', '.join(names)}: None"))  # a signature only
+
+
+@pytest.mark.parametrize("op", ["softmax", "rmsnorm", "layernorm"])
+def test_the_row_ops_register_name_the_extra_and_take_half_precision(fake, monkeypatch, op):
+    from arbiter.regions import LayerNorm, RMSNorm, Softmax
+
+    cand = _cand(f"rocm_triton_{op}", op)
+    region = {"softmax": Softmax, "rmsnorm": RMSNorm, "layernorm": LayerNorm}[op].random(
+        "cpu", "float16", {"rows": 5, "cols": 70}, rng=np.random.default_rng(6))  # applies_to reads the key only
+    assert cand.applies_to(region) is True and cand.tier == _cand("rocm_triton_matmul", "matmul").tier
+    hiprtc = [c for c in REGISTRY.candidates("rocm", op) if "triton" not in c.name]
+    assert all(c.priority > cand.priority for c in hiprtc)  # the hiprtc row kernels stay the default
+    monkeypatch.setitem(sys.modules, "triton", None)
+    gpu_triton._triton_reason.cache_clear()
+    try:
+        assert "kernel-arbiter[triton]" in cand.available()
+    finally:
+        gpu_triton._triton_reason.cache_clear()
+
+
+def test_a_row_op_launches_with_device_pointers_then_eps_on_the_null_stream(fake, monkeypatch):
+    from arbiter.candidates.gpu_templates import triton_rows
+    from arbiter.regions import RMSNorm
+
+    compiled, asked = _Compiled(), types.SimpleNamespace(calls=[])
+
+    def fake_compile(kernel, backend, device, spec, warps, stages):
+        asked.calls.append((kernel, backend, device, warps, stages))
+        return compiled
+
+    monkeypatch.setattr(triton_rows, "compile_spec", fake_compile)
+    monkeypatch.setattr(gpu_triton, "kernels", lambda: types.SimpleNamespace(rows=_signature("rows")))
+    cand = _cand("rocm_triton_rmsnorm", "rmsnorm")
+    monkeypatch.setattr(type(cand), "plans", type(cand).plans.__class__())
+    region = RMSNorm.random("rocm", "float16", {"rows": 70, "cols": 300}, rng=np.random.default_rng(7), eps=1e-4)
+    params = cand.param_space()[2]  # 4 rows a program
+    cand.run(region, params)
+    out = cand.run(region, params)  # warm: the same plan
+    assert asked.calls == [("rows", "hip", 0, params["tile"][2], 1)]
+    grid, args, stream = compiled.calls[-1]
+    assert stream == 0 and grid == (-(-70 // 4), 1, 1)
+    assert list(args[:5]) == [region.x.ptr, region.weight.ptr, 0, out.ptr, 1e-4]
+    assert args[5:9] == (70, 300, 300, 300)  # rows, cols, row strides of x and y
