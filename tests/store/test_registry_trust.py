@@ -57,8 +57,9 @@ def _victim(env: dict) -> dict:
 
 
 def _doctor(env: dict) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "arbiter", "doctor"], env=env, capture_output=True, text=True,
-                          timeout=120)
+    # A wide $COLUMNS: the temporary path is long, and a machine's own $COLUMNS (80) folds the line in it.
+    return subprocess.run([sys.executable, "-m", "arbiter", "doctor"], env={**env, "COLUMNS": "1000"},
+                          capture_output=True, text=True, timeout=120)
 
 
 @pytest.fixture
@@ -76,6 +77,8 @@ def _flip(db: Path) -> None:
            "(SELECT identity FROM candidates WHERE name = 'inexact_softmax'); "
            "UPDATE solutions SET candidate = 'inexact_softmax', identity = (SELECT identity FROM candidates "
            "WHERE name = 'inexact_softmax'), params = '{}';")
+    if shutil.which("sqlite3") is None:  # (this Python may not be the other user's to run, so the CLI is used)
+        pytest.skip("needs the sqlite3 command line, which the other user runs")
     _as_other(f"sqlite3 {db} \"{sql}\"")
 
 

@@ -14,6 +14,7 @@ from gpu_support import requires_gpu
 
 def test_unavailable_without_cupy_gives_the_reason(monkeypatch):
     monkeypatch.setitem(sys.modules, "cupy", None)  # makes `import cupy` raise ImportError
+    monkeypatch.setitem(sys.modules, "torch", None)  # (PyTorch with CUDA alone makes the target available)
     reason = NvidiaTarget().available()
     assert isinstance(reason, str) and "CuPy" in reason
     assert NvidiaTarget().environment() == {"available": reason}

@@ -17,8 +17,8 @@ from arbiter.candidates.nvidia._torch import TorchCandidate, deliver, gemm_bias,
 
 # The activations torch._addmm_activation computes on CUDA, by the region's name: use_gelu.
 FUSED = {"relu": False, "gelu_tanh": True}
-# Where cuBLASLt's ReLU epilogues turn NaN into 0 (measured: see applies_to); cublaslt_matmul declines them too.
-HALF_RELU_DROPS_NAN = ("float16", "bfloat16")
+# cuBLASLt's ReLU epilogues turn NaN into 0 (measured: see applies_to); cublaslt_matmul declines them too.
+RELU_DROPS_NAN = "cuBLASLt's ReLU epilogue turns NaN into 0 (the oracle keeps NaN)"
 
 
 def fused_form(region) -> str | None:
@@ -43,11 +43,12 @@ class TorchAddmmAct(TorchCandidate):
             return ("epilogue: torch fuses bias + relu or gelu_tanh (_addmm_activation) and a lone residual "
                     f"(addmm); activation={region.activation}, bias={region.bias is not None}, "
                     f"residual={region.residual is not None} is torch_matmul's")
-        if region.activation == "relu" and region.dtype in HALF_RELU_DROPS_NAN and self.target == "nvidia":
-            # cuBLASLt's RELU_BIAS epilogue in half precision turns NaN into 0 (the oracle keeps it): on an H200
-            # (2026-12-03, torch 2.11) the gate's nonfinite probe got 0.0 where the oracle has NaN in float16 and
-            # bfloat16; float32 propagated it. torch_matmul serves it (addmm, then clamp_min, which keeps NaN).
-            return f"relu in {region.dtype}: cuBLASLt's RELU_BIAS epilogue drops NaN in half precision"
+        if region.activation == "relu" and self.target == "nvidia":
+            # cuBLASLt's RELU_BIAS epilogue turns NaN into 0 (the oracle keeps it): on an H200 (torch 2.11) the
+            # gate's nonfinite probe got 0.0 where the oracle has NaN in float16 and bfloat16 (2026-12-03), and
+            # in float32 with a column-major A (2026-12-04; row-major float32 took a path that kept it).
+            # torch_matmul serves it (addmm, then clamp_min, which keeps NaN).
+            return f"relu: {RELU_DROPS_NAN}"
         if region.activation == "gelu_tanh" and region.residual is not None and region.dtype != "float32":
             # The fused GELU's output is rounded to half precision, then the residual is added and rounded
             # again: on an H200 that missed the half-precision budgets at 1x1x1 (4.9e-02 against 2e-02 in
