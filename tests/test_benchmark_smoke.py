@@ -33,6 +33,7 @@ BENCHMARKS = {
     "model_block.py": ([], "model_block.md", True),
     "registry_load.py": ([], "registry_load.md", False),
     "registry_stress.py": (["--db", "sqlite"], "registry_stress.md", False),
+    "rows_tc.py": ([], "rows_tc.md", True),
     "torch_cpu.py": ([], "torch_cpu.md", False),
     "tune_cost.py": ([], "tune_cost.md", False),
     "tune_stability.py": ([], "tune_stability.md", False),
