@@ -13,7 +13,6 @@ Registered by each GPU target (``candidates/nvidia/triton_matmul.py``, ``candida
 """
 from __future__ import annotations
 
-from arbiter.candidates import Fallback
 from arbiter.candidates.gpu_triton import (
     ACTIVATION_CODES,
     POINTER_TYPES,
@@ -170,7 +169,7 @@ class TritonMatmul(TritonCandidate):
         tile = params["tile"]
         a, b = region.a, region.b
         key = ("split", *tile, region.key.id, a.shape, b.shape[1], aligned, self.device(),
-               (a.strides, b.strides, region.residual.strides) if "S" in region.layout else None)
+               (a.strides, b.strides, getattr(region.residual, "strides", None)) if "S" in region.layout else None)
         found = self.plans.get(key)
         if found is None:
             m, n, k = region.dims["m"], region.dims["n"], region.dims["k"]
@@ -202,7 +201,7 @@ class TritonMatmul(TritonCandidate):
         layout = region.layout
         key = (tile[0], tile[1], tile[2], tile[3], tile[4], tile[5], region.key.id, a.shape, b.shape[1], aligned,
                self.device(),
-               (a.strides, b.strides, region.residual.strides) if "S" in layout else None)
+               (a.strides, b.strides, getattr(region.residual, "strides", None)) if "S" in layout else None)
         plan = self.plans.get(key)
         if plan is None:
             m, n = region.dims["m"], region.dims["n"]
@@ -228,16 +227,14 @@ class TritonMatmul(TritonCandidate):
         return out
 
     def run_split(self, region, params, out, aligned: bool, pointers):
-        """A split-K tile's call; where ``split_of`` gives one split it declines at the cost of a lookup (the
-        plain tile's result, handed back as a ``Fallback``: the gate fails it for this key, so it never wins)."""
+        """A split-K tile's call; where ``split_of`` gives one split (the gate's smaller probes, a key's other
+        sizes) it is the plain tile's kernel, at the cost of a lookup, so the solution is right at every size
+        of its key."""
         if not out.size:
             return out
         plan = self.split_plan(region, params, out, aligned)
         if plan is None:
-            m, n, k = region.dims["m"], region.dims["n"], region.dims["k"]
-            plain = {"tile": params["tile"]}
-            return Fallback(self.run(region, plain), f"split-K serves products of under {FEW_TILES} output tiles "
-                                                     f"with K of {2 * SPLIT_MIN_K} or more; {m}x{n}x{k} is not one")
+            return self.run(region, {"tile": params["tile"]})
         ws = self.workspace(plan.ws_shape)
         pa, pb, pbias, pres, pc = pointers
         # The workspace comes from the pool: its alignment is the pool's (256 bytes), so it never changes the plan.

@@ -140,3 +140,14 @@ class TritonLayerNorm(TritonRows):
     name = "triton_layernorm"
     op = "layernorm"
     plans = Memo()
+
+    def available(self):
+        # Withheld: on the H200 (2026-12-04) 24 of its gate tests failed (bfloat16 mostly, a few float16 and
+        # float32 shapes) while triton_softmax and triton_rmsnorm, the same kernel's other branches, passed. An
+        # unavailable candidate is listed with this reason and never gated, timed or served.
+        ok = super().available()
+        return WITHHELD if ok is True else ok
+
+
+WITHHELD = ("withheld: failed the F4 gate on an H200 (2026-12-04: bfloat16 mostly, some float16 and float32 "
+            "shapes); layernorm_rows serves layernorm")

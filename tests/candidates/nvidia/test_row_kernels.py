@@ -53,6 +53,8 @@ def test_tuning_times_each_row_launch_once():
     region = _region("softmax", "float32", 64, 1001)
     decision = tune_region(region, dispatch.store(), budget_s=5.0)
     twins = [r for r in decision.rows if r.reason.startswith("runs as ")]
-    assert {r.candidate.name for r in twins} == {"softmax_warp", "softmax_block"}
+    # (triton_softmax's tiles with one launch at 1001 columns are twins too: BLOCK_CAP above the row's width)
+    cuda = [r for r in twins if r.candidate.name != "triton_softmax"]
+    assert {r.candidate.name for r in cuda} == {"softmax_warp", "softmax_block"}
     assert all(r.timing is None and r.status == "passed" for r in twins)
-    assert all(r.params["vec"] is False for r in twins)  # the vec=True set of each launch is the one timed
+    assert all(r.params["vec"] is False for r in cuda)  # the vec=True set of each launch is the one timed

@@ -227,19 +227,21 @@ def test_a_split_k_specialization_pair_states_the_workspace_and_the_epilogue(gem
     assert dict(zip(REDUCE_ARGS[4:], reduce.values))["SPLITS"] == splits and rgrid == (4, 1, 1)
 
 
-def test_a_split_tile_that_does_not_apply_declines_with_the_plain_tiles_result(monkeypatch):
+def test_a_split_tile_where_it_does_not_split_runs_the_plain_tile(monkeypatch):
+    """Where ``split_of`` gives one split (the gate's smaller probes, a key's other sizes) the split solution is
+    the plain tile's kernel: right at every size of its key (a decline there failed it on the H200)."""
     cand = _cand()
     monkeypatch.setattr(type(cand), "split_plan", lambda self, *a: None)
-    monkeypatch.setattr(type(cand), "plan", lambda self, *a: None)  # the plain tile: nothing to launch here
+    launched = []
+    plain = types.SimpleNamespace(call=lambda *a: launched.append(a))
+    monkeypatch.setattr(type(cand), "plan", lambda self, region, params, *a: plain if "split_k" not in params else None)
+    monkeypatch.setattr(type(cand), "stream", lambda self: 0)
     region = Matmul.random("cpu", "float16", {"m": 4, "n": 4, "k": 4})
     region = types.SimpleNamespace(a=_ptr(16), b=_ptr(32), bias=None, residual=None, dims=region.dims,
                                    alloc_out=lambda: out)
     out = types.SimpleNamespace(data=types.SimpleNamespace(ptr=48), size=16)
     split = next(p for p in cand.param_space() if p.get("split_k"))
-    result = cand.run(region, split)
-    from arbiter.candidates import Fallback
-
-    assert type(result) is Fallback and result.result is out and "split-K" in result.reason
+    assert cand.run(region, split) is out and launched == [(0, 16, 32, 48, 0, 0)]
 
 
 def _ptr(p):
