@@ -159,8 +159,10 @@ def markdown() -> str:
              "a leading, trailing or all-but-one masked block is an ordinary row; a fully masked row is NaN in "
              "every element (0/0: the row has no distribution; NumPy's and torch.softmax's answer) | rows with zero "
              "first and last elements |",
-             "| rmsnorm | a NaN makes its row NaN; an Inf row is 0 at finite elements and NaN at the Inf (x / inf) "
-             "| - | rows with zero first and last elements |",
+             "| rmsnorm | a NaN makes its row NaN; an Inf row is 0 at finite elements and NaN at the Inf (x / inf), "
+             "or NaN in every element (rules 6: a row the oracle makes NaN anywhere may be NaN throughout; torch's "
+             "CUDA rms_norm fills it, and the row is non-finite either way) | - | rows with zero first and last "
+             "elements |",
              "| layernorm | a NaN or Inf makes its row NaN | - | rows with zero first and last elements |",
              "| pointwise | elementwise IEEE semantics step by step; `relu`, `max`, `min` propagate NaN (NumPy's "
              "maximum, not fmax) | - | magnitudes up to half the dtype's largest value; subnormal inputs (flush to "

@@ -430,7 +430,8 @@ class Tally:
     rms taken over the whole output (given, for sampled checks, as an estimate).
     """
 
-    def __init__(self):
+    def __init__(self, nan_fills_row: bool = False):
+        self.nan_fills_row = nan_fills_row  # OpKind.nan_fills_row: NaN anywhere in a row the oracle makes NaN
         self.diff2 = self.ref2 = 0.0
         self.count = 0
         # (|d| - rtol|ref|, index, y, ref, |d|) of the worst element so far
@@ -455,6 +456,10 @@ class Tally:
             over = xp.abs(ref) > limit
             if bool(over.any()):
                 ref = xp.where(over, xp.sign(ref.real if ref.dtype.kind == "c" else ref) * xp.inf, ref)
+        if self.nan_fills_row and ref.ndim:
+            filled = xp.isnan(ref).any(axis=-1, keepdims=True) & xp.isnan(y)
+            if bool(filled.any()):
+                ref = xp.where(filled, xp.nan, ref)
         finite_ref = xp.isfinite(ref)
         bad = ~xp.isfinite(y) & finite_ref
         if bool(bad.any()):
@@ -516,9 +521,9 @@ class Tally:
         return "", rel, worst
 
 
-def compare(y, ref, budget: Budget) -> tuple[str, float, float]:
+def compare(y, ref, budget: Budget, nan_fills_row: bool = False) -> tuple[str, float, float]:
     """(failure reason or "", relative Frobenius error, worst elementwise excess) of a whole output."""
-    tally = Tally()
+    tally = Tally(nan_fills_row)
     tally.add(y, ref, budget)
     return tally.finish(budget)
 
@@ -540,7 +545,7 @@ def _chunked(region, y, budget) -> tuple[str, float, float]:
     size = math.prod(region.output_shape())
     rows = _row_count(region)
     step = max(1, CHUNK_ELEMENTS // max(1, size // max(rows, 1)))
-    tally = Tally()
+    tally = Tally(op_kind(region.op).nan_fills_row)
     if size // max(rows, 1) > CHUNK_ELEMENTS:  # one row alone passes the bound: its reference a piece at a time
         row_pieces = op_kind(region.op).row_pieces
         pieces = None if row_pieces is None else row_pieces(region, CHUNK_ELEMENTS)
@@ -741,7 +746,7 @@ def _rows_sampled(region, rows_oracle, y, budget, rng) -> tuple[str, float, floa
     sq = y.shape[-2]
     rows = _sample_rows(rng, sq, SAMPLED_ROWS)
     lead = (slice(None),) * (len(y.shape) - 2)
-    tally = Tally()
+    tally = Tally(op_kind(region.op).nan_fills_row)
     tally.add(y[lead + (xp.asarray(rows), slice(None))], rows_oracle(region, rows), budget,
               lambda i: (*i[:-2], rows[i[-2]], i[-1]))
     return tally.finish(budget)
@@ -783,7 +788,7 @@ def check_output(region, y, budget: Budget, rng, full: bool = False) -> tuple[st
             return _rows_sampled(region, kind.rows_oracle, y, budget, rng)
         if math.prod(region.output_shape()) > CHUNK_ELEMENTS and _sub_rows(region, 0, 1) is not None:
             return _chunked(region, y, budget)
-        return compare(y, kind.oracle(region), budget)
+        return compare(y, kind.oracle(region), budget, kind.nan_fills_row)
 
 
 def _gate_rng() -> tuple[np.random.Generator, int]:

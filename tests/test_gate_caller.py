@@ -27,6 +27,9 @@ from wrong_candidates import (
     RacySumOrder,
     RacySumOrderDeclared,
     ReluFmax,
+    RMSNormFillsRows,
+    RMSNormNaNsLargeRows,
+    RMSNormZeroesInfRows,
     ResidualAddedTwice,
     RowsFromFirstAxis,
     ScaleOneMeansDefault,
@@ -86,6 +89,8 @@ CASES = [
     (FastExpSaturating, lambda: Pointwise(_f32(300), [("exp",)]), ("huge", "nonfinite")),  # +inf input, or 1e30
     (FlushesSubnormals, lambda: Matmul(_f32(32, 32), _f32(32, 32)), "subnormal"),
     (ZeroEndsShortcut, lambda: RMSNorm(_f32(16, 64), _f32(64)), "zero_ends"),
+    (RMSNormZeroesInfRows, lambda: RMSNorm(_f32(16, 64), _f32(64)), "nonfinite"),
+    (RMSNormNaNsLargeRows, lambda: RMSNorm(_f32(16, 64), _f32(64)), "large_magnitude"),
     # probe plan: a size range inside the bucket
     (WrongAboveK768, lambda: Matmul(_f32(16, 1024), _f32(1024, 16) / 32), "x771"),
     # repeats
@@ -113,8 +118,11 @@ def test_each_wrong_class_of_the_callers_call_is_rejected(cls, region, expected)
     (KahanRMSNorm, lambda: RMSNorm(_f32(16, 256), _f32(256))),
     (OnlineSoftmaxGuarded, lambda: Softmax(_f32(20, 100))),
     (RacySumOrderDeclared, lambda: Matmul(_f32(64, 64), _f32(64, 64))),
+    (RMSNormFillsRows, lambda: RMSNorm(_f32(16, 256), _f32(256))),
+    (RMSNormFillsRows, lambda: RMSNorm(_f32(4, 6, 64), _f32(64))),
 ], ids=["transposed-padded", "strided-bias", "broadcast-residual", "in-place-residual", "rmsnorm-3d",
-        "rmsnorm-in-place", "kahan", "online-softmax-guarded", "nondeterministic-declared"])
+        "rmsnorm-in-place", "kahan", "online-softmax-guarded", "nondeterministic-declared", "rmsnorm-fills-rows",
+        "rmsnorm-fills-rows-3d"])
 def test_correct_alternatives_of_the_callers_call_pass(cls, region):
     verdict = verify(cls(), {}, region())
     assert verdict.passed, verdict.reason

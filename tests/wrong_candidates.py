@@ -534,6 +534,53 @@ class ZeroEndsShortcut(Wrong):
         return out
 
 
+def _rmsnorm64(region):
+    x = region.x.astype(np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + region.eps) * region.weight
+
+
+class RMSNormFillsRows(Wrong):
+    """Correct (rules 6): a row holding a NaN or an Inf comes back NaN in every element, as torch's CUDA
+    ``rms_norm`` returns it (the oracle: 0 at the row's finite elements, NaN at the Inf)."""
+
+    name, op = "rmsnorm_fills_rows", "rmsnorm"
+
+    def run(self, region, params):
+        out = region.alloc_out()
+        y = _rmsnorm64(region)
+        y[~np.isfinite(region.x).all(axis=-1)] = np.nan
+        out[...] = y
+        return out
+
+
+class RMSNormZeroesInfRows(Wrong):
+    """A row holding an Inf comes back all zeros: the NaN at the Inf is dropped."""
+
+    name, op = "rmsnorm_zeroes_inf_rows", "rmsnorm"
+
+    def run(self, region, params):
+        out = region.alloc_out()
+        y = _rmsnorm64(region)
+        y[np.isinf(region.x).any(axis=-1)] = 0.0  # the bug
+        out[...] = y
+        return out
+
+
+class RMSNormNaNsLargeRows(Wrong):
+    """Fills a finite row NaN when its magnitude passes 1e3 (an overflow guard misplaced): the rule that lets a NaN
+    fill a row applies only to rows the oracle makes NaN."""
+
+    name, op = "rmsnorm_nans_large_rows", "rmsnorm"
+
+    def run(self, region, params):
+        out = region.alloc_out()
+        y = _rmsnorm64(region)
+        y[(np.abs(region.x) > 1e3).any(axis=-1)] = np.nan  # the bug
+        out[...] = y
+        return out
+
+
 # --- the probe plan ------------------------------------------------------------------------------------------
 class TinyThreshold(Wrong):
     """Outputs below 1e-10 in magnitude are set to 0 (an absolute threshold): only the ``tiny`` family sees it."""

@@ -61,6 +61,9 @@ class OpKind:
     work_text: str = ""
     # "module:function" of the op's torch reference (``arbiter.torch.REFERENCE``), imported only by arbiter.torch.
     torch_reference: str | None = None
+    # A row whose oracle output holds a NaN (its input held a NaN or an Inf) may come back NaN in every element:
+    # the row is non-finite either way, and vendors' fused norms (torch's CUDA rms_norm) fill it (budgets.md).
+    nan_fills_row: bool = False
 
     def rows_of(self, region) -> int:
         """The number of output rows ``sub_rows`` splits ``region`` into."""

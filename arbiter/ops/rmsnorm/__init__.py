@@ -20,4 +20,4 @@ SUITE: tuple[tuple[dict, str, dict], ...] = (
 
 KIND = OpKind("rmsnorm", regions.RMSNorm, oracle, families=rows.norm_families("rmsnorm", centred=False), suite=SUITE,
               sub_rows=sub_rows, row_pieces=rmsnorm_pieces, work=rows.work, work_text=rows.WORK_TEXT,
-              torch_reference="arbiter.ops.rmsnorm.torch_ref:ref_rmsnorm")
+              torch_reference="arbiter.ops.rmsnorm.torch_ref:ref_rmsnorm", nan_fills_row=True)
