@@ -60,12 +60,7 @@ def gemm_spec(region, tile, aligned: bool, out):
                out.strides[0] // item)
     for name, value in zip(("stride_am", "stride_ak", "stride_bk", "stride_bn", "stride_cm"), strides):
         spec.integer(name, value, wide)
-    if res is not None:
-        spec.integer("stride_rm", res.strides[0] // item, wide)
-        spec.integer("stride_rn", res.strides[1] // item, wide)
-    else:
-        spec.constant("stride_rm", 0)
-        spec.constant("stride_rn", 0)
+    _residual_strides(spec, res, item, wide)
     for name, value in (("BLOCK_M", bm), ("BLOCK_N", bn), ("BLOCK_K", bk), ("GROUP_M", group),
                         ("ACTIVATION", ACTIVATION_CODES[region.activation]), ("HAS_BIAS", bias is not None),
                         ("HAS_RESIDUAL", res is not None), ("EVEN_K", k % bk == 0)):
@@ -77,6 +72,17 @@ def _kernel(name="gemm"):
     from arbiter.candidates import gpu_triton
 
     return getattr(gpu_triton.kernels(), name)
+
+
+def _residual_strides(spec, res, item: int, wide: bool) -> None:
+    """The residual's row and column strides in elements (0 as constants without a residual): ``gemm``'s and
+    ``splitk_reduce``'s ``stride_rm``, ``stride_rn``."""
+    if res is not None:
+        spec.integer("stride_rm", res.strides[0] // item, wide)
+        spec.integer("stride_rn", res.strides[1] // item, wide)
+    else:
+        spec.constant("stride_rm", 0)
+        spec.constant("stride_rn", 0)
 
 
 def split_of(m: int, n: int, k: int, tile) -> tuple[int, int]:
@@ -125,12 +131,7 @@ def splitk_specs(region, tile, aligned: bool, out, ws, splits: int, per: int):
     for name, value in (("M", m), ("N", n), ("SPLITS", splits)):
         reduce.integer(name, value, wide, unit_constexpr=False)
     reduce.integer("stride_cm", out.strides[0] // item, wide)
-    if res is not None:
-        reduce.integer("stride_rm", res.strides[0] // item, wide)
-        reduce.integer("stride_rn", res.strides[1] // item, wide)
-    else:
-        reduce.constant("stride_rm", 0)
-        reduce.constant("stride_rn", 0)
+    _residual_strides(reduce, res, item, wide)
     for name, value in (("BLOCK_M", rbm), ("BLOCK_N", rbn), ("ACTIVATION", ACTIVATION_CODES[region.activation]),
                         ("HAS_BIAS", bias is not None), ("HAS_RESIDUAL", res is not None)):
         reduce.constant(name, value)
