@@ -7,7 +7,10 @@ A key the dispatch table lacks is decided here, whatever the policy (``MissPolic
 * ``strict`` stops there (``StrictMissError``);
 * a stored winner this process cannot serve gets a *stand-in*, chosen by tier (the bucket ladder's nearest
   winners first) for this process only: never stored, so a passer-by never replaces a shared winner;
-* ``tune`` measures every passing solution and persists the winner (``arbiter.tune.tune_region``);
+* ``tune`` measures every passing solution and persists the winner (``arbiter.tune.tune_region``), its timing
+  capped per key by ``tune_seconds()`` where one is set (``arbiter.configure(tune_seconds=...)``, else
+  ``ARBITER_TUNE_SECONDS``): on a GPU each solution is timed in three modes, up to a second each, so an eager
+  block's seven keys took 204 s to tune on the first call (H200, 2026-12-04);
 * ``tier`` and ``record`` choose by tier and store the choice where the key has none yet; ``record`` also records
   the key for offline tuning;
 * ``DISABLED`` (``ARBITER_DISABLE``): the tier default, gated against a store the caller keeps in memory; no
@@ -19,6 +22,8 @@ module keeps the rules.
 """
 from __future__ import annotations
 
+import os
+
 from arbiter import env as envmod
 from arbiter import select, targets
 from arbiter.candidates import REGISTRY
@@ -28,6 +33,8 @@ from arbiter.select import Decision, Row, Status
 from arbiter.solution import ChosenBy, Solution, TextEnum, TimingMode
 from arbiter.store import SolutionRecord
 from arbiter.tune import tune_region
+
+_tune_seconds: float | None = None  # configure(tune_seconds=...); None: ARBITER_TUNE_SECONDS decides
 
 
 class MissPolicy(TextEnum):
@@ -70,13 +77,39 @@ def decide(region, policy: str, store, *, for_capture: bool = False) -> Decision
         decision = select.decide(region, store, prefer=nearest_winners(region, store, env))
         decision.counter, decision.why_not = "fallbacks", why_not
     elif policy == MissPolicy.TUNE:
-        decision = tune_region(region, store, mode=timing_mode(region.target, for_capture))
+        decision = tune_region(region, store, mode=timing_mode(region.target, for_capture), budget_s=tune_seconds())
     else:
         decision = decide_and_store(region, store, prefer=nearest_winners(region, store, env), replace=False)
         if policy == MissPolicy.RECORD:
             store.record_key(region.key.id, region.dims, env.fingerprint)
     decision.verified_now += verified  # the stored winner's verdict, when its gate ran now
     return decision
+
+
+def check_tune_seconds(value, name: str = "tune_seconds") -> float:
+    """``value`` as a positive number of seconds; ValueError naming ``name`` otherwise."""
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}: {value!r} is not a positive number of seconds") from None
+    if isinstance(value, bool) or not seconds > 0 or seconds == float("inf"):
+        raise ValueError(f"{name}: {value!r} is not a positive number of seconds")
+    return seconds
+
+
+def set_tune_seconds(value) -> None:
+    """The timing budget of one key tuned on a miss (``dispatch.configure(tune_seconds=...)``); None: back to
+    ``ARBITER_TUNE_SECONDS``, and without it no cap (up to a second per solution and mode)."""
+    global _tune_seconds
+    _tune_seconds = None if value is None else check_tune_seconds(value)
+
+
+def tune_seconds() -> float | None:
+    """The timing budget of one key decided by policy tune, split over its passing solutions; None: uncapped."""
+    if _tune_seconds is not None:
+        return _tune_seconds
+    given = os.environ.get("ARBITER_TUNE_SECONDS", "").strip()
+    return check_tune_seconds(given, "ARBITER_TUNE_SECONDS") if given else None
 
 
 def timing_mode(target: str, for_capture: bool) -> TimingMode:

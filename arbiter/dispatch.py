@@ -39,7 +39,7 @@ import threading
 from arbiter import audit as _audit
 from arbiter import regions, select, targets
 from arbiter.candidates import REGISTRY, Fallback, run_for_torch
-from arbiter.decide import DISABLED, POLICIES, decide, decide_and_store, timing_mode
+from arbiter.decide import DISABLED, POLICIES, decide, decide_and_store, set_tune_seconds, timing_mode
 from arbiter.decide import MissPolicy as MissPolicy  # (defined with the rules it names; imported from here before)
 from arbiter.errors import CaptureMissError, RegionError, UnwritableRegistry
 from arbiter.ops import op_kind
@@ -127,8 +127,11 @@ def _use_store(st) -> None:
 
 
 def configure(*, store=None, policy: str | None = None, looser_accuracy: bool | None = None,
-              audit: float | None = None) -> None:
+              audit: float | None = None, tune_seconds: float | None = None) -> None:
     """Set the process's store and/or default miss policy; clears the dispatch table.
+
+    ``tune_seconds``: the timing budget of one key that policy tune decides on a miss, split over its passing
+    solutions (else ``ARBITER_TUNE_SECONDS``; unset: up to a second per solution and timing mode).
 
     ``audit=rate`` (0 to 1): re-check that fraction of real calls against the oracle in the background and
     demote a solution that fails (``arbiter.audit``; else ``ARBITER_AUDIT``); 0 spends nothing.
@@ -143,6 +146,8 @@ def configure(*, store=None, policy: str | None = None, looser_accuracy: bool | 
         if not isinstance(looser_accuracy, bool):
             raise ValueError(f"looser_accuracy: must be True or False, got {looser_accuracy!r}")
         regions.consent_to_looser(looser_accuracy)
+    if tune_seconds is not None:
+        set_tune_seconds(tune_seconds)
     if audit is not None:
         _audit.configure(audit)
         _table.clear()  # every route is armed again, at the new rate, on its next miss

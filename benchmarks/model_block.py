@@ -505,7 +505,7 @@ def llama_main(args) -> int:
     import torch
     import torch._dynamo
 
-    from arbiter import targets
+    from arbiter import dispatch, targets
     from arbiter.store import MemoryStore
 
     for limit in ("cache_size_limit", "recompile_limit"):
@@ -519,6 +519,8 @@ def llama_main(args) -> int:
     print(f"{stamp}  {json.dumps(env)}", flush=True)
     start, compile_spent, results, skipped = time.perf_counter(), 0.0, [], []
     todo = LLAMA_QUICK if args.quick else LLAMA_GRID
+    if args.tune_seconds is not None:
+        dispatch.configure(tune_seconds=args.tune_seconds)  # the tuned column's keys, decided on their miss
     if args.configs:
         todo = [LLAMA_GRID[int(i)] for i in args.configs.split(",")]
     with open(os.path.join(args.out, "llama_block.jsonl"), "w") as f:
@@ -560,6 +562,10 @@ def main() -> int:
     ap.add_argument("--llama", action="store_true",
                     help="the llama-style block (fused QKV, strided heads, SwiGLU through gated) through every "
                          "path: eager default and tuned, bound, capture, compile; report <out>/llama_block.md")
+    ap.add_argument("--tune-seconds", type=float, default=None,
+                    help="with --llama: the timing budget of each key tuned on a miss (arbiter.configure("
+                         "tune_seconds=...)); default: uncapped, up to a second per solution and timing mode "
+                         "(204 s for the block's seven keys at 128x512 on an H200)")
     ap.add_argument("--configs", help="with --llama: the LLAMA_GRID entries to run, as comma-separated indices "
                                       "(0-based), so a grid can be split over calls; their tables join by "
                                       "--table-from on the concatenated llama_block.jsonl files")
