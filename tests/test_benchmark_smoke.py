@@ -67,3 +67,13 @@ def test_quick_mode_runs_or_skips_cleanly(tmp_path, script):
         assert "skipped" in run.stdout and not (out / table).exists()
     else:
         assert (out / table).read_text().strip()
+
+
+def test_the_gpu_session_script_parses_and_refuses_an_unknown_step(tmp_path):
+    """``benchmarks/gpu_session.sh``: the device session's steps (run on the H200 only; here its syntax and its
+    refusal of a step it does not know, before anything runs)."""
+    script = ROOT / "benchmarks" / "gpu_session.sh"
+    assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
+    done = subprocess.run(["bash", str(script), "no-such-step"], capture_output=True, text=True, timeout=60,
+                          env={"PATH": "/usr/bin:/bin", "OUT": str(tmp_path), "HOME": str(tmp_path)})
+    assert done.returncode == 2 and "unknown step: no-such-step" in done.stdout
