@@ -85,6 +85,14 @@ def _residual_strides(spec, res, item: int, wide: bool) -> None:
         spec.constant("stride_rn", 0)
 
 
+def _strides_key(region):
+    """What a launch plan's key adds for a strided (``S``) layout, whose class does not fix the strides: a's, b's
+    and the residual's; None otherwise."""
+    if "S" not in region.layout:
+        return None
+    return region.a.strides, region.b.strides, getattr(region.residual, "strides", None)
+
+
 def split_of(m: int, n: int, k: int, tile) -> tuple[int, int]:
     """(splits, K_PER) for an ``m x n x k`` product under ``tile``: (1, k) where split-K does not apply (the output
     has ``FEW_TILES`` tiles or more, or K is under two slices of ``SPLIT_MIN_K``); else enough slices to bring the
@@ -166,11 +174,10 @@ class TritonMatmul(TritonCandidate):
 
     def split_plan(self, region, params, out, aligned: bool) -> SplitPlan | None:
         """The split-K launches of this call, by the same key as ``plan``; None where ``split_of`` gives one split
-        (the caller declines)."""
+        (the caller then runs the plain tile)."""
         tile = params["tile"]
         a, b = region.a, region.b
-        key = ("split", *tile, region.key.id, a.shape, b.shape[1], aligned, self.device(),
-               (a.strides, b.strides, getattr(region.residual, "strides", None)) if "S" in region.layout else None)
+        key = ("split", *tile, region.key.id, a.shape, b.shape[1], aligned, self.device(), _strides_key(region))
         found = self.plans.get(key)
         if found is None:
             m, n, k = region.dims["m"], region.dims["n"], region.dims["k"]
@@ -199,10 +206,8 @@ class TritonMatmul(TritonCandidate):
         the region checked)."""
         tile = params["tile"]
         a, b = region.a, region.b
-        layout = region.layout
         key = (tile[0], tile[1], tile[2], tile[3], tile[4], tile[5], region.key.id, a.shape, b.shape[1], aligned,
-               self.device(),
-               (a.strides, b.strides, getattr(region.residual, "strides", None)) if "S" in layout else None)
+               self.device(), _strides_key(region))
         plan = self.plans.get(key)
         if plan is None:
             m, n = region.dims["m"], region.dims["n"]
@@ -229,8 +234,8 @@ class TritonMatmul(TritonCandidate):
 
     def run_split(self, region, params, out, aligned: bool, pointers):
         """A split-K tile's call; where ``split_of`` gives one split (the gate's smaller probes, a key's other
-        sizes) it is the plain tile's kernel, at the cost of a lookup, so the solution is right at every size
-        of its key."""
+        sizes) it is the plain tile's kernel, at the cost of ``split_of``'s arithmetic, so the solution is right at
+        every size of its key."""
         if not out.size:
             return out
         plan = self.split_plan(region, params, out, aligned)
