@@ -16,7 +16,8 @@ allocation, what ``run`` does), then the best tile served through ``run_arbitrat
 that one solution, gated first) against cuBLAS (``cupy.matmul``) and torch, paired and interleaved: five rounds of
 (peer, Triton), the ratio per round, its median and range. Plain fp16 and bf16 4096^3; bias + exact GELU at
 8192x8192x512 and 4096^3 fp16 against ``F.gelu(torch.addmm(...))``; the fused SwiGLU at 4096x5504x2048 bf16
-(x 4096x2048, weights 2048x5504) against ``F.silu(x @ wg) * (x @ wu)``. And the host cost of a warm call (a
+(x 4096x2048, weights 2048x5504) against ``F.silu(x @ wg) * (x @ wu)``; few output tiles over a deep K (128x1024x8192
+fp16, 64x4096x11008 bf16), where the split-K tiles apply, against cuBLAS. And the host cost of a warm call (a
 64^3 fp16 matmul + bias + GELU, N calls and one synchronize, best of rounds) beside a bare ``cupy.RawKernel``
 launch, ``torch.mm`` and Triton's own ``kernel[grid](...)``.
 
@@ -50,6 +51,8 @@ GELU = "0.5f * v * (1.0f + erff(v * 0.70710678118654752f))"
 TRITON_PLAIN = [((4096, 4096, 4096), "float16"), ((4096, 4096, 4096), "bfloat16")]
 TRITON_GELU = [((8192, 8192, 512), "float16"), ((4096, 4096, 4096), "float16")]
 TRITON_GATED = [((4096, 5504, 2048), "bfloat16")]  # m, n, k: x [m, k], w_gate and w_up [k, n]
+# Few output tiles and a deep K: where the split-K tiles apply (a down projection of a few tokens).
+TRITON_SPLIT = [((128, 1024, 8192), "float16"), ((64, 4096, 11008), "bfloat16")]
 ROUNDS = 5
 
 
@@ -231,7 +234,7 @@ def triton_case(op, shape, dtype, kind) -> dict:
         def peer():
             return F.silu(x @ wg) * (x @ wu)
         peer_name, flop = "torch F.silu(x @ wg) * (x @ wu)", 4.0 * m * n * k
-    elif kind == "plain":
+    elif kind in ("plain", "split-k"):
         region = Matmul.random("nvidia", dtype, dims, rng=np.random.default_rng(1))
         import cupy as cp
 
@@ -361,6 +364,7 @@ def run_triton(quick: bool, kinds: list | None = None) -> tuple[list, dict]:
     if not quick:
         cases += [("matmul", s, d, "bias+gelu") for s, d in TRITON_GELU]
         cases += [("gated", s, d, "swiglu") for s, d in TRITON_GATED]
+        cases += [("matmul", s, d, "split-k") for s, d in TRITON_SPLIT]
     cases = [c for c in cases if not kinds or c[3] in kinds]
     rows = []
     for case in cases:
@@ -385,7 +389,7 @@ def main() -> int:
     ap.add_argument("--out", default=None, help="write gemm_tc.json and gemm_tc.md there")
     ap.add_argument("--quick", action="store_true", help="fp16 4096^3 only")
     ap.add_argument("--triton", action="store_true", help="the Triton cases alone")
-    ap.add_argument("--triton-kind", action="append", choices=["plain", "bias+gelu", "swiglu"],
+    ap.add_argument("--triton-kind", action="append", choices=["plain", "bias+gelu", "swiglu", "split-k"],
                     help="only these Triton cases (repeatable; the host cost is always measured)")
     args = ap.parse_args()
     from arbiter import targets

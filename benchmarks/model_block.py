@@ -374,7 +374,7 @@ def _timed(fn, mode):
     return _m(measure_calls([fn], "nvidia", mode=mode, min_reps=5, max_reps=60, time_cap_s=0.3, target_spread=0.03))
 
 
-def run_llama(s: int, d: int, dtype: str, seed: int, stores: dict, compile_left: float) -> dict:
+def run_llama(s: int, d: int, dtype: str, seed: int, stores: dict, compile_left: float, tune: bool = True) -> dict:
     """Every path of the llama block at one configuration, in one run: eager (default and tuned), bound
     handles, capture against a torch CUDA graph, compile (default, reduce-overhead) against torch.compile of
     the torch block in the same mode. Eager paths in stream mode (the user's back-to-back throughput) and
@@ -444,6 +444,9 @@ def run_llama(s: int, d: int, dtype: str, seed: int, stores: dict, compile_left:
                                                                        f"{x['capture_standin_for']})"
                                                                        if x.get("capture_standin_for") else "")
                                          for x in dispatch.stats() if x["installed"] or x.get("capture_standin_for")})}
+    if not tune:
+        r["notes"].append("tuned column not run (--no-tune)")
+        return r
     # Tuned: policy tune on its own registry (stream mode for these eager keys), then the eager block again.
     dispatch.configure(store=stores["tune"], policy="tune")
     t0 = time.perf_counter()
@@ -530,7 +533,7 @@ def llama_main(args) -> int:
                 skipped.append(f"{s}x{d} {dtype}")
                 continue
             try:
-                r = run_llama(s, d, dtype, i, stores, args.compile_budget - compile_spent)
+                r = run_llama(s, d, dtype, i, stores, args.compile_budget - compile_spent, not args.no_tune)
             except Exception as exc:
                 print(f"{s}x{d} {dtype}: FAILED {type(exc).__name__}: {exc}", flush=True)
                 continue
@@ -566,6 +569,10 @@ def main() -> int:
                     help="with --llama: the timing budget of each key tuned on a miss (arbiter.configure("
                          "tune_seconds=...)); default: uncapped, up to a second per solution and timing mode "
                          "(204 s for the block's seven keys at 128x512 on an H200)")
+    ap.add_argument("--no-tune", action="store_true",
+                    help="with --llama: leave the tuned column out (tuning gates every solution of every key, Triton "
+                         "tiles compiled: about 300 s a configuration on a fresh H200, which --tune-seconds does not "
+                         "cap)")
     ap.add_argument("--configs", help="with --llama: the LLAMA_GRID entries to run, as comma-separated indices "
                                       "(0-based), so a grid can be split over calls; their tables join by "
                                       "--table-from on the concatenated llama_block.jsonl files")

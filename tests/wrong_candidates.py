@@ -98,6 +98,23 @@ class LayerNormOnePass(Wrong):
         return out
 
 
+class LayerNormApproxMean(Wrong):
+    """The mean through an approximate division (within 2 ulp, as Triton's compiled ``/`` in float32 is): a
+    constant row's mean misses the constant by an ulp, so ``x - mean`` is nonzero where the answer is exactly the
+    bias. ``triton_layernorm`` had this bug on the H200 (every failure without a bias, where nothing hides it)."""
+
+    name, op = "layernorm_approx_mean", "layernorm"
+
+    def run(self, region, params):
+        out = region.alloc_out()
+        x = region.x.astype(np.float32)
+        mean = np.nextafter(x.sum(axis=-1, keepdims=True) / np.float32(x.shape[-1]), np.float32(np.inf))  # the bug
+        c = x - mean
+        y = c / np.sqrt(np.mean(c * c, axis=-1, keepdims=True) + np.float32(region.eps)) * region.weight
+        out[...] = y + region.bias if region.bias is not None else y
+        return out
+
+
 # --- 3. hard-coded runtime scalars ------------------------------------------------------
 class RMSNormFixedEps(Wrong):
     name, op = "rmsnorm_fixed_eps", "rmsnorm"

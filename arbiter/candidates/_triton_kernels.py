@@ -225,7 +225,10 @@ def rows(x_ptr, w_ptr, b_ptr, y_ptr, eps, R, C, stride_xm, stride_ym,
             v = x * (1.0 / tl.sqrt(tl.sum(x * x, 1) / C + eps))[:, None]
         else:
             x, mask = _row_tile(x_ptr, rows, cols, 0, R, C, stride_xm, 0.0)
-            mean = tl.sum(x, 1) / C
+            # IEEE division (div_rn): the compiled `/` is approximate (within 2 ulp), so a constant row's mean would
+            # miss the constant and (x - mean) come out nonzero where the answer is exactly the bias (the gate's
+            # eps_dominated rows; under the interpreter `/` is exact, which hid it)
+            mean = tl.div_rn(tl.sum(x, 1), C * 1.0)
             d = tl.where(mask, x - mean[:, None], 0.0)  # padding would count as (0 - mean)^2
             v = d * (1.0 / tl.sqrt(tl.sum(d * d, 1) / C + eps))[:, None]
         _row_store(y_ptr, v, rows, cols, 0, R, C, stride_ym, w_ptr, b_ptr, OP, HAS_BIAS)
@@ -248,11 +251,11 @@ def rows(x_ptr, w_ptr, b_ptr, y_ptr, eps, R, C, stride_xm, stride_ym,
             else:
                 x, mask = _row_tile(x_ptr, rows, cols, start, R, C, stride_xm, 0.0)
                 n_b = tl.minimum(C - start, BLOCK).to(tl.float32)
-                mean_b = tl.sum(x, 1) / n_b
+                mean_b = tl.div_rn(tl.sum(x, 1), n_b)  # exact on constant rows (see the unlooped branch)
                 d = tl.where(mask, x - mean_b[:, None], 0.0)
                 n_a = start * 1.0  # columns merged so far (an int in the interpreter, a tensor compiled)
                 delta = mean_b - a
-                a += delta * (n_b / (n_a + n_b))
+                a += delta * tl.div_rn(n_b, n_a + n_b)
                 s += tl.sum(d * d, 1) + delta * delta * (n_a * n_b / (n_a + n_b))
         if OP == SOFTMAX:
             inv = 1.0 / s

@@ -140,15 +140,3 @@ class TritonLayerNorm(TritonRows):
     name = "triton_layernorm"
     op = "layernorm"
     plans = Memo()
-
-    def available(self):
-        # Withheld: on the H200 (2026-12-04) 24 of its gate tests failed, every one without a bias (bfloat16 at
-        # every shape, a few float16 and float32), while the cases with a bias and triton_softmax and
-        # triton_rmsnorm (the kernel's other branches) passed; under Triton's interpreter all pass. An unavailable
-        # candidate is listed with this reason and never gated, timed or served.
-        ok = super().available()
-        return WITHHELD if ok is True else ok
-
-
-WITHHELD = ("withheld: failed the F4 gate on an H200 without a bias (2026-12-04: bfloat16 at every shape, some "
-            "float16 and float32); layernorm_rows serves layernorm")

@@ -49,6 +49,11 @@ class TorchAddmmAct(TorchCandidate):
             # in float32 with a column-major A (2026-12-04; row-major float32 took a path that kept it).
             # torch_matmul serves it (addmm, then clamp_min, which keeps NaN).
             return f"relu: {RELU_DROPS_NAN}"
+        if region.activation == "gelu_tanh" and region.dtype == "float32" and self.target == "nvidia":
+            # cuBLASLt's GELU_BIAS epilogue evaluates an approximate tanh: on an H200 (torch 2.11, 2026-12-04) the
+            # gate measured a relative error of 3.8e-05 at 1x1x1 with a bias (an exact product), against float32's
+            # 1e-05. torch_matmul serves it (addmm, then F.gelu(approximate="tanh") in float32).
+            return "gelu_tanh in float32: cuBLASLt's GELU epilogue is approximate (3.8e-05 against the 1e-05 budget)"
         if region.activation == "gelu_tanh" and region.residual is not None and region.dtype != "float32":
             # The fused GELU's output is rounded to half precision, then the residual is added and rounded
             # again: on an H200 that missed the half-precision budgets at 1x1x1 (4.9e-02 against 2e-02 in
