@@ -457,6 +457,7 @@ def run_llama(s: int, d: int, dtype: str, seed: int, stores: dict, compile_left:
                                              for mode in ("stream", "device")}
         r["solutions"]["tuned"] = sorted({f"{x['op']}:{x['solution']} [{x['policy']}]" for x in dispatch.stats()
                                           if x["installed"]})
+        r["tuning"] = tuning_record(stores["tune"])
     except Exception as exc:
         r["failed"]["arbiter eager tuned"] = f"{type(exc).__name__}: {str(exc)[:300]}"
     dispatch.configure(store=stores["tier"], policy="tier")
@@ -465,6 +466,22 @@ def run_llama(s: int, d: int, dtype: str, seed: int, stores: dict, compile_left:
     r["paths"]["arbiter eager again"] = {mode: _timed(lambda: llama_arbiter(x, w), mode) for mode in ("stream",
                                                                                                      "device")}
     return r
+
+
+def tuning_record(store) -> dict:
+    """Per tuned key: the stored choice's note (who was timed against whom, the margin) and the three fastest
+    solutions by median in each timing mode, so a run says why a candidate (a Triton tile) did or did not win."""
+    import itertools
+
+    out = {}
+    for rec in store.solutions():
+        timed = sorted(store.load_measurements(rec.key, rec.env), key=lambda m: (str(m.mode), m.median_s))
+        fastest = [f"{mode} {m.candidate_name} {json.dumps(m.params, sort_keys=True)} {m.median_s * 1e6:.1f} us"
+                   for mode, group in itertools.groupby(timed, key=lambda m: str(m.mode))
+                   for m in itertools.islice(group, 3)]
+        out[rec.key] = {"chosen": f"{rec.candidate_name} {json.dumps(rec.params, sort_keys=True)}",
+                        "chosen_by": str(rec.chosen_by), "note": rec.note, "fastest": fastest}
+    return out
 
 
 def _ratio(p, peer, path, mode):
