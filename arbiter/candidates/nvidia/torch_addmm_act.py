@@ -6,9 +6,10 @@
   in-place add.
 * residual alone: ``torch.addmm(residual, a, b)``, the residual entering the GEMM as its C (beta = 1).
 
-Everything else (no epilogue, exact GELU, SiLU, an activation without bias, bias + residual) is
-``torch_matmul``'s: this candidate declines it, so the arbiter measures the two side by side only where
-both fuse something different. Into a given out (the gate's) the same ops write through ``out=``.
+Everything else (no epilogue, exact GELU, SiLU, an activation without bias, bias + residual; and where the H200's
+gate found cuBLASLt's epilogue wrong: ReLU, which drops NaN, and tanh-GELU in float32) is ``torch_matmul``'s:
+this candidate declines it, so the arbiter measures the two side by side only where both fuse something
+different. Into a given out (the gate's) the same ops write through ``out=``.
 """
 from __future__ import annotations
 
