@@ -7,10 +7,12 @@ A key the dispatch table lacks is decided here, whatever the policy (``MissPolic
 * ``strict`` stops there (``StrictMissError``);
 * a stored winner this process cannot serve gets a *stand-in*, chosen by tier (the bucket ladder's nearest
   winners first) for this process only: never stored, so a passer-by never replaces a shared winner;
-* ``tune`` measures every passing solution and persists the winner (``arbiter.tune.tune_region``), its timing
-  capped per key by ``tune_seconds()`` where one is set (``arbiter.configure(tune_seconds=...)``, else
-  ``ARBITER_TUNE_SECONDS``): on a GPU each solution is timed in three modes, up to a second each, so an eager
-  block's seven keys took 204 s to tune on the first call (H200, 2026-12-04);
+* ``tune`` measures every passing solution and persists the winner (``arbiter.tune.tune_region``). Where
+  ``tune_seconds()`` is set (``arbiter.configure(tune_seconds=...)``, else ``ARBITER_TUNE_SECONDS``) it caps a key's
+  gating and, again, its timing: gating stops starting new solutions after that long once two have passed (breadth
+  first: every candidate's default before other parameter sets), and the timing is split over those that passed.
+  Uncapped, every solution is gated (a GPU key compiles every Triton tile) and timed in three modes, up to a second
+  each: an eager llama block's seven keys took 169-299 s to tune on the first call (H200, 2026-12-04);
 * ``tier`` and ``record`` choose by tier and store the choice where the key has none yet; ``record`` also records
   the key for offline tuning;
 * ``DISABLED`` (``ARBITER_DISABLE``): the tier default, gated against a store the caller keeps in memory; no
@@ -77,7 +79,9 @@ def decide(region, policy: str, store, *, for_capture: bool = False) -> Decision
         decision = select.decide(region, store, prefer=nearest_winners(region, store, env))
         decision.counter, decision.why_not = "fallbacks", why_not
     elif policy == MissPolicy.TUNE:
-        decision = tune_region(region, store, mode=timing_mode(region.target, for_capture), budget_s=tune_seconds())
+        seconds = tune_seconds()
+        decision = tune_region(region, store, mode=timing_mode(region.target, for_capture), budget_s=seconds,
+                               gate_s=seconds)
     else:
         decision = decide_and_store(region, store, prefer=nearest_winners(region, store, env), replace=False)
         if policy == MissPolicy.RECORD:
@@ -98,14 +102,16 @@ def check_tune_seconds(value, name: str = "tune_seconds") -> float:
 
 
 def set_tune_seconds(value) -> None:
-    """The timing budget of one key tuned on a miss (``dispatch.configure(tune_seconds=...)``); None: back to
-    ``ARBITER_TUNE_SECONDS``, and without it no cap (up to a second per solution and mode)."""
+    """The budget of one key tuned on a miss, for its gate and again for its timing
+    (``dispatch.configure(tune_seconds=...)``); None: back to ``ARBITER_TUNE_SECONDS``, and without it no cap
+    (every solution gated, then up to a second per solution and mode)."""
     global _tune_seconds
     _tune_seconds = None if value is None else check_tune_seconds(value)
 
 
 def tune_seconds() -> float | None:
-    """The timing budget of one key decided by policy tune, split over its passing solutions; None: uncapped."""
+    """The budget of one key decided by policy tune: for its gate (``tune_region``'s ``gate_s``) and again for its
+    timing, split over its passing solutions (``budget_s``); None: uncapped."""
     if _tune_seconds is not None:
         return _tune_seconds
     given = os.environ.get("ARBITER_TUNE_SECONDS", "").strip()

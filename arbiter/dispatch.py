@@ -130,8 +130,10 @@ def configure(*, store=None, policy: str | None = None, looser_accuracy: bool | 
               audit: float | None = None, tune_seconds: float | None = None) -> None:
     """Set the process's store and/or default miss policy; clears the dispatch table.
 
-    ``tune_seconds``: the timing budget of one key that policy tune decides on a miss, split over its passing
-    solutions (else ``ARBITER_TUNE_SECONDS``; unset: up to a second per solution and timing mode).
+    ``tune_seconds``: the budget of one key that policy tune decides on a miss, for its gate (no new solution
+    gated after it once two have passed; breadth first, every candidate's default before other parameter sets)
+    and again for its timing (split over the passing solutions); else ``ARBITER_TUNE_SECONDS``; unset: every
+    solution gated, then timed up to a second per solution and timing mode.
 
     ``audit=rate`` (0 to 1): re-check that fraction of real calls against the oracle in the background and
     demote a solution that fails (``arbiter.audit``; else ``ARBITER_AUDIT``); 0 spends nothing.

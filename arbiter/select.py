@@ -8,6 +8,7 @@ by the tuner, or by name when forced. The ``Decision`` it returns is what
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -138,9 +139,23 @@ def gate(row: Row, region, store, env, verifier=None) -> bool:
     return now
 
 
+# The reason of a row a tuning budget left ungated: never verified, never stored, so nothing about it is known.
+UNTRIED = "not gated: the key's tuning budget was spent first (`arbiter tune --force` tries every solution)"
+
+
+def breadth_first(rows: list[Row]) -> list[Row]:
+    """``rows`` (tier order, each candidate's parameter sets together) as rounds: every candidate's first row in
+    tier order, then every candidate's second, and so on; the first row stays first."""
+    groups: dict[str, list[Row]] = {}
+    for row in rows:
+        groups.setdefault(row.candidate.name, []).append(row)
+    rounds = max((len(g) for g in groups.values()), default=0)
+    return [g[i] for i in range(rounds) for g in groups.values() if i < len(g)]
+
+
 def decide(region, store, *, force: str | None = None, prefer: list[Solution] | None = None,
            gate_all: bool = True, all_params: bool = False, verifier=None,
-           capturable_only: bool = False) -> Decision:
+           capturable_only: bool = False, gate_until: float | None = None) -> Decision:
     """Choose a solution for ``region``'s key.
 
     ``force``: the candidate name to use (it must still pass the gate).
@@ -149,6 +164,10 @@ def decide(region, store, *, force: str | None = None, prefer: list[Solution] | 
     ``all_params``: a row per parameter set (tuning); otherwise each candidate's default only.
     ``verifier``: replaces ``verify.verify`` for verdicts not yet stored (crash isolation).
     ``capturable_only``: only candidates that can be recorded into a CUDA graph (``Candidate.capturable``).
+    ``gate_until``: a ``time.monotonic()`` deadline (a tuning budget): once it has passed and two solutions have
+    passed the gate (a winner and a rival to time it against), the rest stay unchecked (``UNTRIED``). The rows
+    are then gated breadth first (``breadth_first``), so a short budget reaches every candidate's default before
+    any candidate's other parameter sets.
     Raises NoCandidateError (listing every row and its reason) when nothing passes.
     """
     env = envmod.environment(region.target)
@@ -170,14 +189,22 @@ def decide(region, store, *, force: str | None = None, prefer: list[Solution] | 
         same = {r.solution for r in hinted}
         rows = hinted + [r for r in rows if r.solution not in same]
         order = hinted + [r for r in order if r.solution not in same]
-    verified, winner = 0, None
+    if gate_until is not None:
+        order = breadth_first(order)
+    verified, winner, passes = 0, None, 0
     for row in order:
         if winner is not None and not gate_all:
             row.status = Status.UNCHECKED
             continue
+        # a budget stops the gate once two solutions passed (a winner and a rival to time it against)
+        if passes >= 2 and gate_until is not None and time.monotonic() > gate_until:
+            row.status, row.reason = Status.UNCHECKED, UNTRIED
+            continue
         verified += gate(row, region, store, env, verifier)
-        if row.status == Status.PASSED and winner is None:
-            winner = row
+        if row.status == Status.PASSED:
+            passes += 1
+            if winner is None:
+                winner = row
     for row in rows:
         if row.status == Status.PENDING:
             row.status, row.reason = Status.UNCHECKED, "not forced"

@@ -92,10 +92,13 @@ def _crashed_while_timing(row, region, store, env, reason: str) -> None:
 
 
 def tune_region(region, store, *, mode: str = TimingMode.DEVICE, budget_s: float | None = None, progress=None,
-                runner=None, timing_lock=None):
+                runner=None, timing_lock=None, gate_s: float | None = None):
     """Gate and time every solution for ``region``'s key; persist and return the ``Decision``.
 
     ``budget_s`` caps the timing of the whole key (split evenly over the solutions that passed).
+    ``gate_s`` caps its gating: no new solution is gated after that long once two have passed (they are gated
+    breadth first, every candidate's default before other parameter sets; the rest stay unchecked, and the
+    stored note says how many). A GPU key's gate compiles each Triton tile it tries: seconds each.
     ``progress(row, measurement)`` is called after each solution is timed.
     ``runner``: where verification and timing run (``InProcess`` by default; ``arbiter.isolate.Isolated``
     for a child process per solution, so a crashing or hanging candidate only fails itself).
@@ -109,7 +112,8 @@ def tune_region(region, store, *, mode: str = TimingMode.DEVICE, budget_s: float
     nothing_passed = None
     with store.transaction():
         try:
-            decision = select.decide(region, store, gate_all=True, all_params=True, verifier=runner.verify)
+            decision = select.decide(region, store, gate_all=True, all_params=True, verifier=runner.verify,
+                                     gate_until=None if gate_s is None else time.monotonic() + gate_s)
         except NoCandidateError as exc:  # every verdict failed: they are still worth keeping
             nothing_passed = exc
         else:
@@ -128,7 +132,8 @@ def tune_region(region, store, *, mode: str = TimingMode.DEVICE, budget_s: float
                 pair = (functools.partial(_decide_paired, region=region, runner=runner, cap=cap, records=records)
                         if target.host_cores and hasattr(runner, "interleave") else None)
                 try:
-                    decision = _decide_by_time(decision, order, records, region, store, retime, pair)
+                    decision = _decide_by_time(decision, order, records, region, store, retime, pair,
+                                               _untried(decision.rows, gate_s))
                 except NoCandidateError as exc:  # every solution crashed while timed: keep their failed verdicts
                     nothing_passed = exc
     if nothing_passed is not None:
@@ -296,6 +301,8 @@ def _alone(rows) -> str:
     why = [f"{excluded} excluded (unavailable or not applicable)"] if excluded else []
     why += [f"{failed} failed the gate"] if failed else []
     why += [f"{twins} run as the one timed"] if twins else []
+    untried = sum(r.reason == select.UNTRIED for r in rows)
+    why += [f"{untried} not gated (the gate budget)"] if untried else []
     return "no other solution to time: " + (", ".join(why) if why else "it is the only one registered")
 
 
@@ -324,7 +331,16 @@ def _rank(passed, default):
     return fastest, (timed[1] if len(timed) > 1 else None) if fastest is default else default
 
 
-def _decide_by_time(decision, order, records, region, store, retime=None, pair=None):
+def _untried(rows, gate_s) -> str:
+    """What a gate budget left out, for the stored note ("" when it left nothing)."""
+    untried = sum(r.reason == select.UNTRIED for r in rows)
+    if not untried:
+        return ""
+    gated = sum(r.status in (Status.PASSED, Status.FAILED) for r in rows)
+    return f"{untried} solution(s) not gated within the {gate_s:g} s gate budget ({gated} gated)"
+
+
+def _decide_by_time(decision, order, records, region, store, retime=None, pair=None, untried=""):
     """Apply the separation rule to the timed rows (re-timing a margin over RETIME_RATIO first; on the CPU
     ``pair`` decides on paired rounds, ``_decide_paired``); persist measurements and the solution."""
     passed = [r for r in decision.rows if r.status == Status.PASSED and r.timing is not None]
@@ -361,7 +377,7 @@ def _decide_by_time(decision, order, records, region, store, retime=None, pair=N
                 ok, margin = False, separated(fastest.timing, rival.timing)[1]
                 retimed = "; ".join(filter(None, [retimed, "a win not confirmed when timed again"]))
         note = _versus(fastest, rival, margin, ok)
-    note = "; ".join(filter(None, [note, retimed]))
+    note = "; ".join(filter(None, [note, retimed, untried]))
     # Only a separated winner is "measured"; a lone solution or a tie leaves the tier default in charge.
     chosen, chosen_by = (fastest, ChosenBy.MEASURED) if ok else (default, ChosenBy.TIER)
     decision.winner, decision.chosen_by, decision.note, decision.margin = chosen, chosen_by, note, margin

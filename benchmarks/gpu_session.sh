@@ -16,9 +16,9 @@
 #   rest-tests    every other test file (CPU tests that take the GPU path where one is present)
 #   gate-cost     benchmarks/gate_cost.py --target nvidia --breakdown (4096^3 fp16, per solution)
 #   host          benchmarks/host_profile.py at 384 x 768 fp16 (per-op host cost, torch callers)
-#   llama-a       benchmarks/model_block.py --llama, LLAMA_GRID 0-3, tuning's timing capped (--tune-seconds 2); the
-#                 tuned column still gates every solution (Triton tiles compiled): 170-300 s a configuration, so
-#                 NO_TUNE=1 leaves it out (--no-tune) and a whole half runs in about 150 s
+#   llama-a       benchmarks/model_block.py --llama, LLAMA_GRID 0-3, tuning capped (--tune-seconds 2: each key's
+#                 gate and again its timing; uncapped it took 170-300 s a configuration, Triton tiles compiled);
+#                 NO_TUNE=1 leaves the tuned column out (--no-tune): a half then runs in about 150 s
 #   llama-b       the same, LLAMA_GRID 4-7 (float32 included); --table-from joins the two jsonl files
 #   triton        gemm_tc --triton (plain, bias+gelu, swiglu), rows_tc, epilogue --quick
 set -uo pipefail

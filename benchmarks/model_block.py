@@ -583,13 +583,12 @@ def main() -> int:
                     help="the llama-style block (fused QKV, strided heads, SwiGLU through gated) through every "
                          "path: eager default and tuned, bound, capture, compile; report <out>/llama_block.md")
     ap.add_argument("--tune-seconds", type=float, default=None,
-                    help="with --llama: the timing budget of each key tuned on a miss (arbiter.configure("
-                         "tune_seconds=...)); default: uncapped, up to a second per solution and timing mode "
-                         "(204 s for the block's seven keys at 128x512 on an H200)")
+                    help="with --llama: the budget of each key tuned on a miss, for its gate and again for its "
+                         "timing (arbiter.configure(tune_seconds=...)); default: uncapped, every solution gated "
+                         "(Triton tiles compiled) and timed up to a second per mode: 169-299 s a configuration on "
+                         "an H200 (2026-12-04)")
     ap.add_argument("--no-tune", action="store_true",
-                    help="with --llama: leave the tuned column out (tuning gates every solution of every key, Triton "
-                         "tiles compiled: about 300 s a configuration on a fresh H200, which --tune-seconds does not "
-                         "cap)")
+                    help="with --llama: leave the tuned column out")
     ap.add_argument("--configs", help="with --llama: the LLAMA_GRID entries to run, as comma-separated indices "
                                       "(0-based), so a grid can be split over calls; their tables join by "
                                       "--table-from on the concatenated llama_block.jsonl files")

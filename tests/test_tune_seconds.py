@@ -1,13 +1,18 @@
-"""``arbiter.configure(tune_seconds=...)`` / ``ARBITER_TUNE_SECONDS``: the timing budget of a key tuned on a miss.
-On a GPU each solution is timed in three modes, up to a second each: an eager llama block's seven keys took 204 s
-to tune on their first call (H200, 2026-12-04)."""
+"""``arbiter.configure(tune_seconds=...)`` / ``ARBITER_TUNE_SECONDS``: the budget of a key tuned on a miss, for its
+gate and again for its timing. Uncapped, every solution is gated (a GPU key compiles every Triton tile) and timed in
+three modes, up to a second each: an eager llama block's seven keys took 169-299 s to tune on their first call
+(H200, 2026-12-04)."""
+import time
+
 import numpy as np
 import pytest
 
 import arbiter
-from arbiter import decide, dispatch
+from arbiter import decide, dispatch, select
 from arbiter.regions import Softmax
+from arbiter.select import Status
 from arbiter.store import MemoryStore
+from arbiter.tune import tune_region
 
 
 @pytest.fixture
@@ -24,6 +29,7 @@ def _spy(monkeypatch):
 
     def spy(region, store, **kwargs):
         seen.append(kwargs.get("budget_s"))
+        assert kwargs.get("gate_s") == kwargs.get("budget_s")  # one budget, for the gate and for the timing
         return real(region, store, **kwargs)
 
     monkeypatch.setattr(decide, "tune_region", spy)
@@ -70,3 +76,40 @@ def test_a_bad_environment_value_names_the_variable(fresh, monkeypatch):
     monkeypatch.setenv("ARBITER_TUNE_SECONDS", "-3")
     with pytest.raises(ValueError, match="ARBITER_TUNE_SECONDS"):
         arbiter.run_arbitrated("softmax", _softmax())
+
+
+def test_rounds_put_every_candidate_s_default_before_any_other_parameter_set():
+    region = _softmax()
+    rows = [r for r in select.screen(region, all_params=True) if r.status == Status.PENDING]
+    firsts = [r.candidate.name for r in rows if r.params == r.candidate.param_space()[0]]
+    ordered = select.breadth_first(rows)
+    assert sorted(map(id, ordered)) == sorted(map(id, rows)) and ordered[0] is rows[0]
+    assert [r.candidate.name for r in ordered[:len(firsts)]] == firsts
+
+
+def test_the_gate_stops_starting_solutions_when_its_budget_is_spent(monkeypatch):
+    """A slow gate (0.1 s a solution) under a 0.25 s gate budget: the first solutions gated are each candidate's
+    default, those left are unchecked with a reason, and the stored note says how many; the key is still
+    decided among the gated ones."""
+    real = select.gate
+
+    def slow(*args, **kwargs):
+        time.sleep(0.1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(select, "gate", slow)
+    store = MemoryStore()
+    region = _softmax()
+    decision = tune_region(region, store, mode="device", budget_s=0.2, gate_s=0.25)
+    statuses = [r.status for r in select.breadth_first([r for r in decision.rows if r.status != Status.EXCLUDED])]
+    gated = [r for r in decision.rows if r.status in (Status.PASSED, Status.FAILED)]
+    untried = [r for r in decision.rows if r.reason == select.UNTRIED]
+    assert len(gated) >= 2 and untried, statuses
+    assert all(r.status == Status.UNCHECKED for r in untried)
+    # breadth first: no candidate's second parameter set is gated while another candidate's default is not
+    untried_defaults = [r for r in untried if r.params == r.candidate.param_space()[0]]
+    gated_others = [r for r in gated if r.params != r.candidate.param_space()[0]]
+    assert not (untried_defaults and gated_others), statuses
+    assert decision.winner.status == Status.PASSED
+    [record] = store.solutions()
+    assert f"{len(untried)} solution(s) not gated within the 0.25 s gate budget ({len(gated)} gated)" in record.note
