@@ -111,5 +111,10 @@ def test_the_gate_stops_starting_solutions_when_its_budget_is_spent(monkeypatch)
     gated_others = [r for r in gated if r.params != r.candidate.param_space()[0]]
     assert not (untried_defaults and gated_others), statuses
     assert decision.winner.status == Status.PASSED
+    # an ungated solution never runs: not timed, nothing stored for it
+    assert all(r.timing is None for r in untried)
+    measured = store.load_measurements(region.key.id, decision.env.fingerprint)
+    timed = {(m.candidate_name, str(m.params)) for m in measured}
+    assert not timed & {(r.candidate.name, str(r.params)) for r in untried}
     [record] = store.solutions()
     assert f"{len(untried)} solution(s) not gated within the 0.25 s gate budget ({len(gated)} gated)" in record.note
