@@ -301,8 +301,6 @@ def _alone(rows) -> str:
     why = [f"{excluded} excluded (unavailable or not applicable)"] if excluded else []
     why += [f"{failed} failed the gate"] if failed else []
     why += [f"{twins} run as the one timed"] if twins else []
-    untried = sum(r.reason == select.UNTRIED for r in rows)
-    why += [f"{untried} not gated (the gate budget)"] if untried else []
     return "no other solution to time: " + (", ".join(why) if why else "it is the only one registered")
 
 
