@@ -557,45 +557,51 @@ def _rmsnorm64(region):
         return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + region.eps) * region.weight
 
 
-class RMSNormFillsRows(Wrong):
+class _RMSNormRowRule(Wrong):
+    """rmsnorm in float64, then ``fill`` written over the rows ``rows(x)`` selects: how a kernel treats the rows
+    that hold a non-finite or a large value (subclasses name the rule)."""
+
+    op = "rmsnorm"
+    fill = np.nan
+
+    def rows(self, x):
+        raise NotImplementedError
+
+    def run(self, region, params):
+        out = region.alloc_out()
+        y = _rmsnorm64(region)
+        y[self.rows(region.x)] = self.fill
+        out[...] = y
+        return out
+
+
+class RMSNormFillsRows(_RMSNormRowRule):
     """Correct (rules 6): a row holding a NaN or an Inf comes back NaN in every element, as torch's CUDA
     ``rms_norm`` returns it (the oracle: 0 at the row's finite elements, NaN at the Inf)."""
 
-    name, op = "rmsnorm_fills_rows", "rmsnorm"
+    name = "rmsnorm_fills_rows"
 
-    def run(self, region, params):
-        out = region.alloc_out()
-        y = _rmsnorm64(region)
-        y[~np.isfinite(region.x).all(axis=-1)] = np.nan
-        out[...] = y
-        return out
+    def rows(self, x):
+        return ~np.isfinite(x).all(axis=-1)
 
 
-class RMSNormZeroesInfRows(Wrong):
+class RMSNormZeroesInfRows(_RMSNormRowRule):
     """A row holding an Inf comes back all zeros: the NaN at the Inf is dropped."""
 
-    name, op = "rmsnorm_zeroes_inf_rows", "rmsnorm"
+    name, fill = "rmsnorm_zeroes_inf_rows", 0.0  # the bug: 0, not NaN
 
-    def run(self, region, params):
-        out = region.alloc_out()
-        y = _rmsnorm64(region)
-        y[np.isinf(region.x).any(axis=-1)] = 0.0  # the bug
-        out[...] = y
-        return out
+    def rows(self, x):
+        return np.isinf(x).any(axis=-1)
 
 
-class RMSNormNaNsLargeRows(Wrong):
+class RMSNormNaNsLargeRows(_RMSNormRowRule):
     """Fills a finite row NaN when its magnitude passes 1e3 (an overflow guard misplaced): the rule that lets a NaN
     fill a row applies only to rows the oracle makes NaN."""
 
-    name, op = "rmsnorm_nans_large_rows", "rmsnorm"
+    name = "rmsnorm_nans_large_rows"
 
-    def run(self, region, params):
-        out = region.alloc_out()
-        y = _rmsnorm64(region)
-        y[(np.abs(region.x) > 1e3).any(axis=-1)] = np.nan  # the bug
-        out[...] = y
-        return out
+    def rows(self, x):
+        return (np.abs(x) > 1e3).any(axis=-1)  # the bug: finite rows
 
 
 # --- the probe plan ------------------------------------------------------------------------------------------
