@@ -404,14 +404,26 @@ def _switch(name: str) -> bool:
 log = logging.getLogger("arbiter")
 
 
+class _VerboseHandler(logging.StreamHandler):
+    """ARBITER_VERBOSE's stderr handler: silent while the program's own logging configuration has a handler that
+    the record reaches as well (``logging.basicConfig()``), so a decision is printed once, not twice."""
+
+    def emit(self, record):
+        node: logging.Logger | None = log
+        while node is not None and node.propagate and node.parent is not None:
+            node = node.parent
+            if node.handlers:
+                return
+        super().emit(record)
+
+
 def _verbose() -> bool:
     """Whether decisions are announced: ARBITER_VERBOSE (which then adds a stderr handler to the "arbiter"
     logger, once), or a logging configuration that lets the logger's INFO records through."""
     if _switch("ARBITER_VERBOSE"):
-        if not any(getattr(h, "arbiter_verbose", False) for h in log.handlers):
-            handler = logging.StreamHandler(sys.stderr)
+        if not any(isinstance(h, _VerboseHandler) for h in log.handlers):
+            handler = _VerboseHandler(sys.stderr)
             handler.setFormatter(logging.Formatter("%(message)s"))
-            handler.arbiter_verbose = True  # type: ignore[attr-defined]  # marks the switch's own handler
             log.addHandler(handler)
             if log.level == logging.NOTSET or log.level > logging.INFO:
                 log.setLevel(logging.INFO)

@@ -1,6 +1,18 @@
 """Every error the arbiter raises on purpose. Each names what is at fault."""
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
+
+
+def unknown(what: str, value: object, known: Iterable[str], known_as: str = "known:") -> str:
+    """"unknown dtype 'flaot32' (did you mean 'float32'?); known: ...": the words of every refusal of a name, with
+    the closest known name when one is close (a typo), so each says what would be accepted (``known_as``: the words
+    before the list, e.g. "matmul takes")."""
+    known = sorted(known)
+    close = difflib.get_close_matches(str(value), known, n=1, cutoff=0.6)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return f"unknown {what} {value!r}{hint}; {known_as} {', '.join(known) or 'none'}"
 
 class ArbiterError(Exception):
     """Base of all kernel-arbiter errors."""

@@ -71,6 +71,9 @@ class Region(metaclass=Memoized):
     bucket_policy: ClassVar[dict] = {}
     # The operand dtypes this op accepts (fft widens it to complex).
     dtypes: ClassVar[tuple[str, ...]] = DTYPES
+    # The attributes ``random`` reads (``--attr name=value`` of the CLI); any other name would be ignored there, so
+    # the CLI refuses it. ``accuracy`` (the looser-budget consent) is every op's.
+    ATTRS: ClassVar[tuple[str, ...]] = ()
     # The caller's output shape where the region computes on a 2-D view of N-D operands (Matmul and Gated
     # with leading batch dimensions, see ``_as_rows``): ``run_arbitrated`` reshapes the result to it.
     nd_shape: tuple[int, ...] | None = None  # a class default; Matmul and Gated have the slot
@@ -426,6 +429,7 @@ class Matmul(Region):
     """
 
     op = "matmul"
+    ATTRS = ("activation", "bias", "residual")
     DIMS = ("m", "n", "k")
     __slots__ = ("a", "b", "bias", "activation", "residual", "nd_shape")
     a: Any
@@ -558,6 +562,7 @@ class Softmax(_RowRegion):
     """``out = exp(x - max) / sum(exp(x - max))`` along ``axis``."""
 
     op = "softmax"
+    ATTRS = ("axis",)
     __slots__ = ()
 
     def __init__(self, x, axis: int = -1, *, out=None):
@@ -644,6 +649,7 @@ class LayerNorm(_RowRegion):
     """
 
     op = "layernorm"
+    ATTRS = ("bias",)
     __slots__ = ("weight", "bias", "eps")
     weight: Any
     bias: Any
@@ -698,6 +704,7 @@ class Attention(Region):
     """
 
     op = "attention"
+    ATTRS = ("causal",)
     DIMS = ("batch", "heads", "q", "k", "d")
     bucket_policy: ClassVar[dict] = {"d": EXACT}
     __slots__ = ("q", "k", "v", "causal", "scale")
@@ -775,6 +782,7 @@ class FFT(Region):
     """
 
     op = "fft"
+    ATTRS = ("kind", "inverse")
     DIMS = ("batch", "n")
     bucket_policy: ClassVar[dict] = {"n": EXACT}
     dtypes = ("float32", "float64", "complex64", "complex128")
@@ -953,6 +961,7 @@ class Pointwise(Region):
     """
 
     op = "pointwise"
+    ATTRS = ("chain",)
     DIMS = ("size",)
     __slots__ = ("x", "ops", "chain")
     x: Any

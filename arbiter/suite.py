@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from arbiter.errors import unknown
 from arbiter.ops import OPS, op_kind
 
 
@@ -61,5 +62,5 @@ SUITES: dict[str, list[Problem]] = {"quick": _quick()}
 
 def suite(name: str) -> list[Problem]:
     if name not in SUITES:
-        raise ValueError(f"suite: unknown suite {name!r}; known: {', '.join(sorted(SUITES))}")
+        raise ValueError(f"suite: {unknown('suite', name, SUITES)}")
     return SUITES[name]

@@ -99,7 +99,8 @@ def tune_region(region, store, *, mode: str = TimingMode.DEVICE, budget_s: float
     ``gate_s`` caps its gating: no new solution is gated after that long once two have passed (they are gated
     breadth first, every candidate's default before other parameter sets; the rest stay unchecked, and the
     stored note says how many). A GPU key's gate compiles each Triton tile it tries: seconds each.
-    ``progress(row, measurement)`` is called after each solution is timed.
+    ``progress(row, measurement)`` is called after each solution is timed; a ``progress.phase(name, total)``, when
+    it has one, when the gate is done ("timing", the launches to time) and when the timing is ("deciding", None).
     ``runner``: where verification and timing run (``InProcess`` by default; ``arbiter.isolate.Isolated``
     for a child process per solution, so a crashing or hanging candidate only fails itself).
     ``timing_lock``: held while timing (not while verifying), so workers sharing one device never time
@@ -125,8 +126,13 @@ def tune_region(region, store, *, mode: str = TimingMode.DEVICE, budget_s: float
             order = distinct_launches([decision.winner] + [r for r in decision.rows
                                                            if r.status == Status.PASSED and r is not decision.winner],
                                       region)
+            phase = getattr(progress, "phase", None)  # a progress bar that shows what the key is doing
+            if phase is not None:
+                phase("timing", len(order))
             with timing_lock or contextlib.nullcontext():
                 records = _time_rows(order, region, store, decision.env, runner, mode, cap, modes, progress)
+                if phase is not None:
+                    phase("deciding (paired rounds)" if target.host_cores else "deciding", None)
                 retime = functools.partial(_retime, region=region, runner=runner, mode=mode, cap=cap,
                                            records=records)
                 pair = (functools.partial(_decide_paired, region=region, runner=runner, cap=cap, records=records)

@@ -21,6 +21,22 @@ def fresh_state(monkeypatch, tmp_path):
     env.reset()
 
 
+def pytest_terminal_summary(terminalreporter):
+    """The skipped tests as one line per reason, with its count (pytest's ``-rs`` prints a line per test function
+    and location: about 190 lines here, most of them "no NVIDIA GPU"). ``-rs`` still lists them all."""
+    skipped = terminalreporter.stats.get("skipped", [])
+    if not skipped or "s" in (terminalreporter.config.option.reportchars or ""):
+        return
+    reasons: dict[str, int] = {}
+    for report in skipped:
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        reason = reason.removeprefix("Skipped: ")
+        reasons[reason] = reasons.get(reason, 0) + 1
+    terminalreporter.write_line(f"{len(skipped)} skipped, for {len(reasons)} reason(s) (-rs lists each test):")
+    for reason, n in sorted(reasons.items(), key=lambda item: -item[1]):
+        terminalreporter.write_line(f"  {n:4d}  {' '.join(reason.split())[:200]}")
+
+
 def pytest_sessionfinish(session, exitstatus):
     """A PostgreSQL server the store tests started for this session stops with it (issue 29, item 9)."""
     from store_support import stop_started_server

@@ -34,7 +34,8 @@ def test_a_missing_registry_and_an_unknown_op_exit_non_zero_naming_themselves(tm
     assert not (tmp_path / "nodir").exists()  # reading created nothing
     ok(arbiter("--db", tmp_path / "r.db", "tune", *SOFTMAX))
     done = arbiter("--db", tmp_path / "r.db", "stats", "--op", "sofmax")
-    assert done.returncode == 2 and "--op: unknown 'sofmax'; known:" in joined(done.stdout + done.stderr)
+    said = joined(done.stdout + done.stderr)
+    assert done.returncode == 2 and "--op: unknown op 'sofmax' (did you mean 'softmax'?); known:" in said
 
 
 def test_export_dash_explain_key_and_json_of_tune_and_doctor(tmp_path):

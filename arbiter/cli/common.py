@@ -16,7 +16,7 @@ import typer
 from rich.text import Text
 from typer.core import TyperCommand, TyperGroup
 
-from arbiter import targets
+from arbiter import dispatch, targets
 from arbiter.cli.output import console, lit
 from arbiter.errors import ArbiterError, RegistryError, TargetUnavailable
 
@@ -111,13 +111,17 @@ app = _App(cls=_Group, add_completion=False, no_args_is_help=True, pretty_except
 
 
 def friendly(command):
-    """Decorator for commands: bad input, an unavailable target and registry trouble print one clear line
-    and exit 2 / 2 / 1, never a traceback (the messages already name the argument, target or file and the
-    fix)."""
+    """Decorator for commands: bad input (a bad option, ``BadParameter``, included), an unavailable target and
+    registry trouble print one clear line and exit 2 / 2 / 1, never a traceback (the messages already name the
+    argument, target or file and the fix)."""
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
         try:
             return command(*args, **kwargs)
+        except typer.BadParameter as exc:  # one line naming the option, as the others (click adds a usage block)
+            hint = exc.param_hint if isinstance(exc.param_hint, str) else None
+            error(f"{hint}: {exc.message}" if hint else exc.message)
+            raise typer.Exit(2) from None
         except RegistryError as exc:
             error(exc)
             raise typer.Exit(1) from None
@@ -131,6 +135,15 @@ def friendly(command):
 def error(exc) -> None:
     """``error: <message>`` on one line (soft-wrapped: a log keeps it whole)."""
     console().print(Text.assemble(("error:", "red"), " ", lit(exc)), highlight=False, soft_wrap=True)
+
+
+def open_for_writing() -> None:
+    """Make the registry named by --db/ARBITER_DB the process's store for a command whose point is to write it
+    (``tune``, ``run``): a registry it cannot write raises ``RegistryError`` naming it and the fix (exit 1),
+    where a library caller would get an in-memory store and a warning; ``--db :memory:`` asks for memory."""
+    from arbiter.store.layered import open_default  # SQLAlchemy loads with the registry, not with --help
+
+    dispatch.configure(store=open_default(writable=True))
 
 
 def require_target(name: str) -> None:

@@ -20,7 +20,7 @@ from arbiter.audit import AUDIT_PREFIX
 from arbiter.candidates import Tier
 from arbiter.cli.common import app, console, error, lit
 from arbiter.cli.output import show
-from arbiter.errors import RegistryError
+from arbiter.errors import RegistryError, unknown
 from arbiter.keys import ProblemKey
 from arbiter.solution import Solution
 from arbiter.store import inventory, trust
@@ -83,7 +83,7 @@ def _known(op: str | None, target: str | None) -> None:
 
     for option, value, known in (("--op", op, OPS), ("--target", target, TARGET_NAMES)):
         if value and value not in known:
-            error(f"{option}: unknown {value!r}; known: {', '.join(sorted(known))}")
+            error(f"{option}: {unknown(option.lstrip('-'), value, known)}")
             raise typer.Exit(2)
 
 

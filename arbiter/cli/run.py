@@ -13,7 +13,7 @@ import arbiter
 from arbiter import cpu_threads, dispatch, select
 from arbiter import env as envmod
 from arbiter.candidates import REGISTRY
-from arbiter.cli.common import app, friendly, lit
+from arbiter.cli.common import app, friendly, lit, open_for_writing
 from arbiter.cli.common import console as make_console
 from arbiter.cli.output import Steps, ratio_text, show
 from arbiter.cli.progress import key_bar
@@ -78,9 +78,14 @@ def _margin(record, st, key_id, env, default: Solution | None) -> tuple[str, str
     else:
         # Screened solutions keep a short estimate (3 or 10 repetitions): ranked last, as the tuner does.
         rival = min((k for k in timings if k != me), key=lambda k: (timings[k].screened, timings[k].median_s))
+    spread = max(timings[me].spread, timings[rival].spread)
+    if record.chosen_by == ChosenBy.TIER and "not separated" in (record.note or ""):
+        # The tier default stayed because no margin beat the noise: a ratio of medians here ("92x slower ±99%")
+        # would contradict the choice it explains (the tuner decided on paired rounds; explain shows them).
+        return f"within noise ±{spread * 100:.0f}%", rival.label
     margin = record.margin if record.chosen_by == ChosenBy.MEASURED and record.margin is not None else \
         timings[rival].median_s / timings[me].median_s - 1.0
-    return ratio_text(margin, max(timings[me].spread, timings[rival].spread), short=True), rival.label
+    return ratio_text(margin, spread, short=True), rival.label
 
 
 def _how(record, decided_now: bool) -> str:
@@ -144,6 +149,7 @@ def run(
     if policy not in dispatch.POLICIES:
         raise typer.BadParameter(f"{policy!r} is not one of {', '.join(dispatch.POLICIES)}", param_hint="--policy")
     problems = get_suite(suite)
+    open_for_writing()
     st = dispatch.store()
     env = envmod.environment(target)
     start = time.perf_counter()

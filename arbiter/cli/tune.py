@@ -9,13 +9,14 @@ from rich.table import Table
 
 from arbiter import dispatch, select
 from arbiter.candidates import REGISTRY
-from arbiter.cli.common import app, friendly, lit, require_target
+from arbiter.cli.common import app, friendly, lit, open_for_writing, require_target
 from arbiter.cli.common import console as make_console
 from arbiter.cli.output import Steps, ratio_text, show
 from arbiter.cli.tune_run import TuneRun, execute, parse_devices, plan, show_plan
-from arbiter.errors import NoCandidateError
+from arbiter.errors import NoCandidateError, unknown
 from arbiter.keys import ProblemKey
-from arbiter.ops import op_kind
+from arbiter.ops import OPS, op_kind
+from arbiter.regions import LOOSER_ATTR
 from arbiter.select import Status
 from arbiter.solution import ChosenBy
 from arbiter.suite import Problem
@@ -24,28 +25,54 @@ from arbiter.tune import explain_rows
 
 
 def parse_shape(op: str, text: str) -> dict:
-    """'512x512x512' -> {'m': 512, 'n': 512, 'k': 512} in the op's dimension order."""
+    """'512x512x512' -> {'m': 512, 'n': 512, 'k': 512} in the op's dimension order; every size at least 1 (a key of
+    an empty problem has nothing to gate or time)."""
     names = op_kind(op).region_type.DIMS
     try:
         values = [int(v) for v in text.lower().split("x")]
     except ValueError:
-        raise typer.BadParameter(f"{text!r} is not like 512x512x512", param_hint="--shape") from None
-    if len(values) != len(names) or any(v < 0 for v in values):
-        raise typer.BadParameter(f"{op} takes {len(names)} non-negative sizes ({'x'.join(names)}), got {text!r}",
+        raise typer.BadParameter(f"{text!r} is not like {'x'.join(['64'] * len(names))} ({op}: {'x'.join(names)})",
+                                 param_hint="--shape") from None
+    if len(values) != len(names) or any(v < 1 for v in values):
+        raise typer.BadParameter(f"{op} takes {len(names)} sizes of at least 1 ({'x'.join(names)}), got {text!r}",
                                  param_hint="--shape")
     return dict(zip(names, values))
 
 
+def check_dtype(op: str, dtype: str, hint: str = "--dtype") -> str:
+    """``dtype`` when ``op`` takes it; BadParameter naming the option, the closest dtype and the accepted ones."""
+    accepted = op_kind(op).region_type.dtypes
+    if dtype not in accepted:
+        raise typer.BadParameter(unknown('dtype', dtype, accepted, f'{op} takes'), param_hint=hint)
+    return dtype
+
+
+def check_attrs(op: str, attrs: dict, hint: str = "--attr") -> dict:
+    """``attrs`` when ``op`` reads every one of them (else it would be ignored silently): BadParameter otherwise."""
+    accepted = (*op_kind(op).region_type.ATTRS, LOOSER_ATTR[0])
+    for name in attrs:
+        if name not in accepted:
+            raise typer.BadParameter(unknown("attribute", name, accepted, f"{op} takes"), param_hint=hint)
+    return attrs
+
+
 def problems_from_options(op, shapes, dtypes, activation, bias, residual, attr=()) -> list[Problem]:
+    if op not in OPS:
+        raise typer.BadParameter(unknown("op", op, OPS), param_hint="--op")
     attrs = {}
-    if op == "matmul":
-        attrs = {"activation": activation, "bias": "1" if bias else "0", "residual": "1" if residual else "0"}
     for item in attr:
         name, sep, value = item.partition("=")
-        if not sep or not name:
+        if not sep or not name.strip():
             raise typer.BadParameter(f"{item!r} is not like name=value", param_hint="--attr")
         attrs[name.strip()] = value.strip()
-    return [Problem(op, parse_shape(op, s), d, attrs) for s in shapes for d in dtypes]
+    check_attrs(op, attrs)
+    if op == "matmul":
+        attrs = {"activation": activation, "bias": "1" if bias else "0", "residual": "1" if residual else "0",
+                 **attrs}
+    elif activation != "none" or bias or residual:
+        given = "--activation" if activation != "none" else "--bias" if bias else "--residual"
+        raise typer.BadParameter(f"is matmul's epilogue; {op} has none", param_hint=given)
+    return [Problem(op, parse_shape(op, s), check_dtype(op, d), attrs) for s in shapes for d in dtypes]
 
 
 def _fmt_us(seconds: float | None) -> str:
@@ -69,28 +96,30 @@ def why_chosen(chosen_by: ChosenBy, margin: float | None, note: str) -> str:
     return f"policy {chosen_by}" + (f", {ratio_text(margin)}" if margin is not None else "")
 
 
-def _once_per_reason(rows) -> list[tuple]:
-    """(row, label) per row, the untimed rows of one candidate that share a status and reason (its parameter
-    sets excluded for one cause) merged into one: "numba_gemv (3 parameter sets)"."""
+def _once_per_reason(items) -> list[tuple]:
+    """(row, label) per row of ``items`` = (row, candidate, status, reason, label, mergeable) tuples: the mergeable
+    rows of one candidate that share a status and reason (its parameter sets excluded for one cause) merged into
+    one, "numba_gemv (3 parameter sets)", so a reason is printed once."""
     merged: dict[tuple, list] = {}
     order: list = []
-    for row in rows:
-        if row.timing is None and row.status != Status.PASSED:
-            group = merged.setdefault((row.candidate.name, row.status, row.reason), [])
+    for row, candidate, status, reason, label, mergeable in items:
+        if mergeable:
+            group = merged.setdefault((candidate, status, reason), [])
             if not group:
                 order.append(group)
-            group.append(row)
+            group.append((row, candidate, label))
         else:
-            order.append([row])
-    return [(group[0], group[0].label if len(group) == 1 else f"{group[0].candidate.name} ({len(group)} "
-             f"parameter sets)") for group in order]
+            order.append([(row, candidate, label)])
+    return [(group[0][0], group[0][2] if len(group) == 1 else f"{group[0][1]} ({len(group)} parameter sets)")
+            for group in order]
 
 
 def autotune_table(problem_label: str, decision) -> Table:
     table = Table(title=lit(f"AUTOTUNE {problem_label}"), title_justify="left")
     for col in ("solution", "tier", "verdict", "median µs", "spread", "reps", ""):
         table.add_column(col, no_wrap=col in ("tier", "median µs", "spread", ""))
-    for row, label in _once_per_reason(decision.rows):
+    for row, label in _once_per_reason((r, r.candidate.name, r.status, r.reason, r.label,
+                                        r.timing is None and r.status != Status.PASSED) for r in decision.rows):
         m = row.timing
         # (a passed row's reason names the solution timed for it: the same launch)
         verdict = row.reason if row.status != Status.PASSED else \
@@ -145,6 +174,15 @@ def _region_of_key(text: str):
         raise typer.BadParameter(f"{text!r} is not a problem key as `arbiter stats` prints it "
                                  f"(target:op:dtype:layout:attrs:bucket): {exc}", param_hint="KEY") from None
     dims = {n: max(v, 1) for n, v in key.bucket}
+    names = kind.region_type.DIMS
+    if sorted(dims) != sorted(names):
+        missing, extra = [n for n in names if n not in dims], [n for n in dims if n not in names]
+        raise typer.BadParameter(
+            f"{text!r}: a {key.op} key's bucket names {', '.join(names)} (like "
+            f"{','.join(f'{n}64' for n in names)})" + (f"; {', '.join(missing)} missing" if missing else "") +
+            (f"; {', '.join(extra)} unknown" if extra else "") + "; `arbiter stats` prints the stored keys",
+            param_hint="KEY")
+    check_dtype(key.op, key.dtype, "KEY")
     attrs = dict(key.attrs)
     region = kind.region_type.random(key.target, key.dtype, dims, attrs, layout=key.layout,
                                      rng=np.random.default_rng(0))
@@ -206,6 +244,8 @@ def tune(
         raise typer.BadParameter("give at least one --shape with --op", param_hint="--shape")
     problems = (get_suite(suite) if suite else []) + \
         (problems_from_options(op, shape, dtype, activation, bias, residual, attr) if op else [])
+    if not dry_run:
+        open_for_writing()
     run = TuneRun(target=target, problems=tuple(problems), from_recorded=from_recorded, retune_stale=retune_stale,
                   allow_looser=allow_looser, env_fingerprint=env_fingerprint, mode=mode, budget_s=budget_seconds,
                   force=force, dry_run=dry_run, workers=workers, devices=parse_devices(devices), isolate=isolate,
@@ -278,13 +318,15 @@ def explain(
     table = Table(title=lit(f"EXPLAIN {label}  [{region.key.id}]"), title_justify="left")
     for col in ("solution", "tier", "status", "reason / rel error", "device µs", "latency µs", "spread", ""):
         table.add_column(col, no_wrap=col in ("status", "device µs", "latency µs", "spread"))
-    for d in rows:
+    for d, label in _once_per_reason((d, r.candidate.name, d["status"], d["reason"], d["solution"],
+                                      r.status == Status.EXCLUDED and not d["winner"])
+                                     for d, r in zip(rows, decision.rows)):
         detail = d["reason"] or (f"{d['rel_error']:.2e}" if d["rel_error"] is not None and
                                  not np.isnan(d["rel_error"]) else "")
         if d["looser_budget"]:
             detail += " (declared budget, looser than published)"
         tier = d["tier"] + (f"\n{d['contract']}" if d["contract"] else "")  # a delegate shows its contract
-        table.add_row(lit(d["solution"]), lit(tier), d["status"], lit(shorten(detail)), _fmt_us(d["device_us"] and
+        table.add_row(lit(label), lit(tier), d["status"], lit(shorten(detail)), _fmt_us(d["device_us"] and
                       d["device_us"] * 1e-6), _fmt_us(d["latency_us"] and d["latency_us"] * 1e-6),
                       f"{d['spread'] * 100:.1f}%" if d["spread"] is not None else "",
                       ("WINNER" + (" (screened)" if d["screened"] else "")) if d["winner"] else "")

@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from arbiter.errors import unknown
 from arbiter.oracles import budgets
 from arbiter.oracles.budgets import Budget
 
@@ -113,5 +114,5 @@ def unregister_op(name: str) -> None:
 def op_kind(name: str) -> OpKind:
     kind = OPS.get(name)
     if kind is None:
-        raise ValueError(f"op: unknown op {name!r}; known: {', '.join(sorted(OPS))}")
+        raise ValueError(f"op: {unknown('op', name, OPS)}")
     return kind

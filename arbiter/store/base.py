@@ -200,6 +200,9 @@ class Store:
 class MemoryStore(Store):
     """Everything in this process; gone at exit."""
 
+    def __repr__(self):
+        return "<MemoryStore: this process only, not persisted>"
+
     def __init__(self):
         self._lock = threading.Lock()
         self._verdicts: dict[VerdictKey, Verdict] = {}

@@ -124,17 +124,29 @@ def serve_from_memory(store: Store, why: Exception) -> Store | None:
     return MemoryOverRegistry(store)
 
 
-def open_user(where: str) -> Store:
-    """The user registry at ``where``. When this process cannot write it (one warning per path, never a crash):
-    a registry it can read is still served, read-only, under an in-memory layer that takes this process's new
-    results; otherwise an in-memory store. A registry another user can write is not opened at all unless named
-    in ``$ARBITER_TRUST_REGISTRY`` (``arbiter.store.trust``): an in-memory store and one warning naming the file
-    and the fix. The file is never changed, so nothing in it is lost."""
+IN_MEMORY = ":memory:"  # ARBITER_DB / --db naming no file: everything stays in this process, by request
+
+
+def open_user(where: str, *, writable: bool = False) -> Store:
+    """The user registry at ``where`` (``:memory:``: an in-memory store, asked for). When this process cannot
+    write it (one warning per path, never a crash): a registry it can read is still served, read-only, under an
+    in-memory layer that takes this process's new results; otherwise an in-memory store. A registry another user
+    can write is not opened at all unless named in ``$ARBITER_TRUST_REGISTRY`` (``arbiter.store.trust``): an
+    in-memory store and one warning naming the file and the fix. The file is never changed, so nothing in it is
+    lost.
+
+    ``writable=True`` (the commands whose point is to write it: ``tune``, ``run``): no fallback; the
+    ``UnwritableRegistry`` is raised, its message saying how to keep results in memory on purpose."""
+    if where == IN_MEMORY:
+        return MemoryStore()
     try:
         return SqlStore(where)
-    except UntrustedRegistry as exc:
-        return _degraded(where, str(exc), MemoryStore(), "Using an in-memory registry: new results", "")
     except UnwritableRegistry as exc:
+        if writable:
+            raise UnwritableRegistry(f"{exc} Nothing was written. To keep this run's results in this process only, "
+                                     f"pass --db {IN_MEMORY} (ARBITER_DB={IN_MEMORY}).", exc.readable) from None
+        if isinstance(exc, UntrustedRegistry):
+            return _degraded(where, str(exc), MemoryStore(), "Using an in-memory registry: new results", "")
         fix = "Make it writable for you, or set ARBITER_DB or --db to a path of your own."
         if exc.readable:
             try:
@@ -155,8 +167,10 @@ def _degraded(where: str, why: str, store: Store, what: str, fix: str) -> Store:
     return store
 
 
-def open_default() -> Store:
-    user = open_user(os.environ.get("ARBITER_DB") or DEFAULT_PATH)
+def open_default(*, writable: bool = False) -> Store:
+    """``$ARBITER_DB`` (default ``./registry.db``) over ``$ARBITER_SYSTEM_DB`` when set; ``writable``: see
+    ``open_user``."""
+    user = open_user(os.environ.get("ARBITER_DB") or DEFAULT_PATH, writable=writable)
     system = os.environ.get("ARBITER_SYSTEM_DB")
     if system:  # a broken system registry is an error (naming ARBITER_SYSTEM_DB), not a silent loss of its rows
         return LayeredStore(user, SqlStore(system, readonly=True))

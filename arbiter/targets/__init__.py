@@ -14,6 +14,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from arbiter.errors import unknown
+
 TARGET_NAMES = ("cpu", "nvidia", "rocm")
 _targets: dict[str, Target] = {}
 # type(array) -> (target name, adopt function); filled as array types are first seen,
@@ -175,7 +177,7 @@ def get(name: str) -> Target:
     target = _targets.get(name)
     if target is None:
         if name not in TARGET_NAMES:
-            raise ValueError(f"target: unknown target {name!r}; known: {', '.join(names())}")
+            raise ValueError(f"target: {unknown('target', name, names())}")
         module = importlib.import_module(f"arbiter.targets.{name}")
         target = _targets[name] = module.TARGET
     return target
