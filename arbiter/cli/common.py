@@ -20,7 +20,8 @@ from arbiter import dispatch, targets
 from arbiter.cli.output import console, lit
 from arbiter.errors import ArbiterError, RegistryError, TargetUnavailable
 
-DB_HELP = ("Registry: a file path or SQLAlchemy URL (default $ARBITER_DB, else ./registry.db). "
+DB_HELP = ("Registry: a file path or SQLAlchemy URL (default $ARBITER_DB, else ./registry.db); :memory: keeps "
+           "results in this process only (tune and run refuse a registry they cannot write unless asked so). "
            "Taken before or after the command; after it wins.")
 
 
