@@ -30,11 +30,15 @@ from arbiter import env as envmod
 from arbiter import select, targets
 from arbiter.candidates import REGISTRY
 from arbiter.errors import StrictMissError
+from arbiter.isolate import plugin_verify
 from arbiter.ladder import nearest_winners
 from arbiter.select import Decision, Row, Status
 from arbiter.solution import ChosenBy, Solution, TextEnum, TimingMode
 from arbiter.store import SolutionRecord
 from arbiter.tune import tune_region
+from arbiter.verify import set_plugin_verifier
+
+set_plugin_verifier(plugin_verify)  # a plug-in's gate runs in a child process wherever selection gates it
 
 _tune_seconds: float | None = None  # configure(tune_seconds=...); None: ARBITER_TUNE_SECONDS decides
 

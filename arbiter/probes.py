@@ -163,7 +163,9 @@ def markdown() -> str:
              "or NaN in every element (rules 6: a row the oracle makes NaN anywhere may be NaN throughout; torch's "
              "CUDA rms_norm fills it, and the row is non-finite either way) | - | rows with zero first and last "
              "elements |",
-             "| layernorm | a NaN or Inf makes its row NaN | - | rows with zero first and last elements |",
+             "| layernorm | a NaN or Inf makes its row NaN | - | rows with zero first and last elements; a row "
+             "exactly constant at any value (131.325, not only small integers) is exactly the bias (0 without one): "
+             "its variance is 0, so a mean that misses the value is magnified by 1/sqrt(eps) |",
              "| pointwise | elementwise IEEE semantics step by step; `relu`, `max`, `min` propagate NaN (NumPy's "
              "maximum, not fmax) | - | magnitudes up to half the dtype's largest value; subnormal inputs (flush to "
              "zero fails) |",

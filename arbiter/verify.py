@@ -791,9 +791,26 @@ def check_output(region, y, budget: Budget, rng, full: bool = False) -> tuple[st
         return compare(y, kind.oracle(region), budget, kind.nan_fills_row)
 
 
+def gate_seed() -> int | None:
+    """``ARBITER_GATE_SEED`` as the gate's seed (a whole number >= 0), None when unset. ValueError naming the
+    variable and its value otherwise (before: int()'s "invalid literal for int() with base 10: 'abc'")."""
+    given = os.environ.get("ARBITER_GATE_SEED", "").strip()
+    if not given:
+        return None
+    try:
+        seed = int(given)
+    except ValueError:
+        seed = -1
+    if seed < 0:
+        raise ValueError(f"ARBITER_GATE_SEED={given!r} is not a whole number >= 0 (the gate's random seed, "
+                         f"named by a failed verdict to replay it); set it to one such as 12345, or unset it")
+    return seed
+
+
 def _gate_rng() -> tuple[np.random.Generator, int]:
-    given = os.environ.get("ARBITER_GATE_SEED")
-    seed = int(given) if given else int.from_bytes(os.urandom(8), "little") >> 1
+    seed = gate_seed()
+    if seed is None:
+        seed = int.from_bytes(os.urandom(8), "little") >> 1
     return np.random.default_rng(seed), seed
 
 
@@ -1026,6 +1043,22 @@ def _repeats(candidate, params, region, target, draw, labelled, judge, probed, a
 
 
 # --- the verdict cache ------------------------------------------------------------------
+# How a plug-in's verdict is computed when the caller names no verifier: set by ``arbiter.decide`` (above this
+# layer) to ``arbiter.isolate.plugin_verify``, a child process with a time limit; None: in this process.
+_plugin_verifier = None
+
+
+def set_plugin_verifier(verifier) -> None:
+    global _plugin_verifier
+    _plugin_verifier = verifier
+
+
+def default_verifier(candidate: Candidate):
+    """What computes ``candidate``'s verdict when the caller names no verifier: ``verify`` here, or a plug-in's
+    isolated gate (``set_plugin_verifier``)."""
+    return _plugin_verifier if candidate.plugin and _plugin_verifier is not None else verify
+
+
 def verdict_for(candidate: Candidate, params: dict, region, store, env, verifier=None) -> tuple[Verdict, bool]:
     """The cached verdict, or a new one (saved). Returns (verdict, was_computed_now).
 
@@ -1036,6 +1069,6 @@ def verdict_for(candidate: Candidate, params: dict, region, store, env, verifier
     found = store.load_verdict(vkey)
     if found is not None:
         return found, False
-    found = (verifier or verify)(candidate, params, region)
+    found = (verifier or default_verifier(candidate))(candidate, params, region)
     store.save_verdict(vkey, found, candidate)
     return found, True

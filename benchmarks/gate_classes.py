@@ -101,6 +101,8 @@ CASES = [
      lambda: LayerNorm.random("cpu", "float32", {"rows": 16, "cols": 64})),
     ("benign only: one-pass variance (+300 offset)", W.LayerNormOnePass,
      lambda: LayerNorm.random("cpu", "float32", {"rows": 16, "cols": 256})),
+    ("benign only: unshifted layernorm mean", W.LayerNormUnshiftedMean,
+     lambda: LayerNorm.random("cpu", "float32", {"rows": 16, "cols": 256})),
     ("hard-coded scalar: eps = 1e-6", W.RMSNormFixedEps,
      lambda: RMSNorm.random("cpu", "float32", {"rows": 16, "cols": 64}, eps=1e-6)),
     ("hard-coded scalar: attention scale 1/sqrt(d)", W.AttentionFixedScale,

@@ -63,6 +63,7 @@ def cases():
                 found.append((f"{cand.name}@{rid}", cand, make))
     for cls, rid in [(w.Memoized, "softmax"), (w.SoftmaxNoMax, "softmax"), (w.AttentionNoMax, "attention"),
                      (w.RMSNormNoEps, "rmsnorm"), (w.LayerNormNoEps, "layernorm"), (w.LayerNormOnePass, "layernorm"),
+                     (w.LayerNormUnshiftedMean, "layernorm"),
                      (w.RMSNormFixedEps, "rmsnorm"), (w.AttentionFixedScale, "attention"),
                      (w.PointwiseFixedScalar, "pointwise"), (w.SquareOnly, "matmul_square"),
                      (w.AssumesDenseRows, "softmax_strided"), (w.SameLengths, "attention_causal"),

@@ -56,7 +56,8 @@ def _mm(dims, dtype="float32", **attrs):
      "large_logits"),
     (RMSNormNoEps, lambda: RMSNorm.random("cpu", "float32", {"rows": 16, "cols": 64}), "eps_dominated"),
     (LayerNormNoEps, lambda: LayerNorm.random("cpu", "float32", {"rows": 16, "cols": 64}), "eps_dominated"),
-    (LayerNormOnePass, lambda: LayerNorm.random("cpu", "float32", {"rows": 16, "cols": 256}), "large_offset"),
+    # constant rows at large offsets (issue 38) cancel it before the +-300 rows do (tests/test_gate_constant_rows.py)
+    (LayerNormOnePass, lambda: LayerNorm.random("cpu", "float32", {"rows": 16, "cols": 256}), "eps_dominated"),
     (LayerNormApproxMean, lambda: LayerNorm.random("cpu", "float32", {"rows": 16, "cols": 100}, {"bias": "0"}),
      "eps_dominated"),
     (RMSNormFixedEps, lambda: RMSNorm.random("cpu", "float32", {"rows": 16, "cols": 64}, eps=1e-6), "eps="),

@@ -115,6 +115,40 @@ class LayerNormApproxMean(Wrong):
         return out
 
 
+
+class LayerNormUnshiftedMean(Wrong):
+    """Two-pass statistics in float32 around the unshifted mean ``sum(x) / n``, as ``numpy_layernorm`` and
+    ``numba_layernorm_fused`` took them before issue 38: the float32 sum of a constant row at a non-integer value
+    (131.325) rounds, the mean misses the constant by a few ulps and ``(x - mean) / sqrt(eps)`` magnifies the miss
+    ~300-fold where the answer is exactly the bias (``bias + 0.015``). Integer constants (every summation order
+    exact) hid it."""
+
+    name, op = "layernorm_unshifted_mean", "layernorm"
+
+    def run(self, region, params):
+        out = region.alloc_out()
+        x = region.x.astype(np.float32)
+        c = x - x.mean(axis=-1, keepdims=True)  # the bug: no shift, so a constant row's mean is sum / n rounded
+        y = c / np.sqrt(np.mean(c * c, axis=-1, keepdims=True) + np.float32(region.eps)) * region.weight
+        out[...] = y + region.bias if region.bias is not None else y
+        return out
+
+
+class LayerNormSequentialMean(LayerNormUnshiftedMean):
+    """The same, the sum taken left to right in float32 as a plain loop over the row does (the numba kernel's): its
+    partial sums ``k * c`` round at almost every ``k``."""
+
+    name = "layernorm_sequential_mean"
+
+    def run(self, region, params):
+        out = region.alloc_out()
+        x = region.x.astype(np.float32)
+        total = np.cumsum(x, axis=-1, dtype=np.float32)[..., -1:]  # sequential: each partial sum rounded
+        c = x - total / np.float32(x.shape[-1])
+        y = c / np.sqrt(np.mean(c * c, axis=-1, keepdims=True) + np.float32(region.eps)) * region.weight
+        out[...] = y + region.bias if region.bias is not None else y
+        return out
+
 # --- 3. hard-coded runtime scalars ------------------------------------------------------
 class RMSNormFixedEps(Wrong):
     name, op = "rmsnorm_fixed_eps", "rmsnorm"

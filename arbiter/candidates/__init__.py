@@ -145,9 +145,13 @@ class Candidate:
     * ``identity()`` -> the code identity: changes whenever the code that computes the result does,
       so verdicts are taken again.
     * ``capturable`` (class attribute): False when ``run`` cannot be recorded into a CUDA graph.
+    * ``plugin``: the plug-in (entry point or ``ARBITER_PLUGINS`` module) that registered it; "" for a built-in
+      or a candidate the program registered itself. A plug-in's gate runs in a child process by default
+      (``arbiter.isolate``): code from elsewhere that hangs or crashes fails its verdict, not its caller.
     """
 
     name: str = ""
+    plugin: str = ""
     target: str = ""
     op: str = ""
     tier: Tier = Tier.HAND_TUNED
@@ -429,6 +433,7 @@ class CandidateRegistry:
         self._loaded: set[str] = set()
         self._loading: set[str] = set()  # targets whose modules the thread holding ``_lock`` is importing
         self._entry_points_loaded = False
+        self._plugin = ""  # the plug-in being loaded (its candidates are marked with it)
         self._lock = threading.RLock()
         self.listeners: list[Callable[[], None]] = []  # called after every change (dispatch re-decides)
 
@@ -448,6 +453,8 @@ class CandidateRegistry:
             raise ValueError(f"tier: {candidate.name!r} declares Contract(provenance='vendor_library'), and a vendor "
                              f"library's tier is HAND_TUNED, not {candidate.tier.name}; register it with "
                              f"tier=Tier.HAND_TUNED")
+        if self._plugin:
+            candidate.plugin = self._plugin
         with self._lock:
             self._by_target_op.setdefault((candidate.target, candidate.op), {})[candidate.name] = candidate
         self._changed()
@@ -518,12 +525,15 @@ class CandidateRegistry:
         for module in filter(None, (m.strip() for m in os.environ.get("ARBITER_PLUGINS", "").split(","))):
             plugins.append((module, module, functools.partial(importlib.import_module, module)))
         for name, value, load in plugins:
+            self._plugin = name
             try:
                 loaded = load()
                 if callable(loaded) and not inspect.ismodule(loaded):
                     loaded()
             except Exception as exc:  # a broken plug-in must not break the arbiter
                 warnings.warn(f"kernel-arbiter: plug-in {name!r} ({value}) failed to load: {exc}", stacklevel=2)
+            finally:
+                self._plugin = ""
 
     def candidates(self, target: str, op: str) -> list[Candidate]:
         """Candidates for (target, op) in tier order: tier, then priority, then registration order."""

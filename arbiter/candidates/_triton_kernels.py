@@ -184,6 +184,12 @@ def _row_tile(x_ptr, rows, cols, start, R, C, stride_xm, other):
 
 
 @triton.jit
+def _row_first(x_ptr, rows, R, stride_xm):
+    """Each row's first element in float32 (rows past R: 0): layernorm's shift, one load a row."""
+    return tl.load(x_ptr + rows * stride_xm, mask=rows < R, other=0.0).to(tl.float32)
+
+
+@triton.jit
 def _row_store(y_ptr, v, rows, cols, start, R, C, stride_ym, w_ptr, b_ptr, OP: tl.constexpr, HAS_BIAS: tl.constexpr):
     """Store ``v`` (softmax: final; norms: normalized, before the weight and bias) at the tile's place."""
     c = start + cols
@@ -210,7 +216,14 @@ def rows(x_ptr, w_ptr, b_ptr, y_ptr, eps, R, C, stride_xm, stride_ym,
     passes (statistics, then normalize and store), so any C: softmax keeps a running max and rescales its running
     sum (online softmax); layernorm merges each chunk's mean and squared deviations into the row's (Chan's
     formula), so the variance is never ``E[x^2] - mean^2`` (which cancels on rows with a large mean). Each element
-    is read before its output is written, by the program that owns the row: ``y`` may be ``x`` (in place)."""
+    is read before its output is written, by the program that owns the row: ``y`` may be ``x`` (in place).
+
+    Layernorm's statistics are of ``x - x[row, 0]`` (the row shifted by its first element, one extra load a row),
+    the shift added back to the mean: the difference is exact wherever ``x`` is near ``x[row, 0]``, so a row that
+    is exactly constant sums (and each chunk of it averages) to exactly 0, its mean is exactly its value and its
+    answer exactly the bias. Unshifted, the float32 sum of a constant row at a non-integer value (131.325) rounds,
+    the mean misses the constant by a few ulps and ``(x - mean) / sqrt(eps)`` magnifies the miss (issue 38 item 1;
+    the gate's eps_dominated rows)."""
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     cols = tl.arange(0, BLOCK)
     ninf = float("-inf")
@@ -225,18 +238,22 @@ def rows(x_ptr, w_ptr, b_ptr, y_ptr, eps, R, C, stride_xm, stride_ym,
             v = x * (1.0 / tl.sqrt(tl.sum(x * x, 1) / C + eps))[:, None]
         else:
             x, mask = _row_tile(x_ptr, rows, cols, 0, R, C, stride_xm, 0.0)
+            shift = _row_first(x_ptr, rows, R, stride_xm)
             # IEEE division (div_rn): the compiled `/` is approximate (within 2 ulp), so a constant row's mean would
             # miss the constant and (x - mean) come out nonzero where the answer is exactly the bias (the gate's
             # eps_dominated rows; under the interpreter `/` is exact, which hid it)
-            mean = tl.div_rn(tl.sum(x, 1), C * 1.0)
+            mean = shift + tl.div_rn(tl.sum(tl.where(mask, x - shift[:, None], 0.0), 1), C * 1.0)
             d = tl.where(mask, x - mean[:, None], 0.0)  # padding would count as (0 - mean)^2
             v = d * (1.0 / tl.sqrt(tl.sum(d * d, 1) / C + eps))[:, None]
         _row_store(y_ptr, v, rows, cols, 0, R, C, stride_ym, w_ptr, b_ptr, OP, HAS_BIAS)
     else:
         a = tl.zeros((ROWS,), dtype=tl.float32)  # softmax: running max; rmsnorm: sum of squares; layernorm: mean
         s = tl.zeros((ROWS,), dtype=tl.float32)  # softmax: running sum; layernorm: squared deviations
+        shift = tl.zeros((ROWS,), dtype=tl.float32)  # layernorm: x[row, 0]; the loop's `a` is the mean of x - shift
         if OP == SOFTMAX:
             a = tl.full((ROWS,), ninf, tl.float32)
+        elif OP == LAYERNORM:
+            shift = _row_first(x_ptr, rows, R, stride_xm)
         for start in range(0, C, BLOCK):
             if OP == SOFTMAX:
                 x, mask = _row_tile(x_ptr, rows, cols, start, R, C, stride_xm, ninf)
@@ -250,9 +267,10 @@ def rows(x_ptr, w_ptr, b_ptr, y_ptr, eps, R, C, stride_xm, stride_ym,
                 a += tl.sum(x * x, 1)
             else:
                 x, mask = _row_tile(x_ptr, rows, cols, start, R, C, stride_xm, 0.0)
+                xs = tl.where(mask, x - shift[:, None], 0.0)
                 n_b = tl.minimum(C - start, BLOCK).to(tl.float32)
-                mean_b = tl.div_rn(tl.sum(x, 1), n_b)  # exact on constant rows (see the unlooped branch)
-                d = tl.where(mask, x - mean_b[:, None], 0.0)
+                mean_b = tl.div_rn(tl.sum(xs, 1), n_b)  # exactly 0 on constant rows (see the unlooped branch)
+                d = tl.where(mask, xs - mean_b[:, None], 0.0)
                 n_a = start * 1.0  # columns merged so far (an int in the interpreter, a tensor compiled)
                 delta = mean_b - a
                 a += delta * tl.div_rn(n_b, n_a + n_b)
@@ -263,6 +281,7 @@ def rows(x_ptr, w_ptr, b_ptr, y_ptr, eps, R, C, stride_xm, stride_ym,
             inv = 1.0 / tl.sqrt(a / C + eps)
         else:
             inv = 1.0 / tl.sqrt(s / C + eps)
+            a = shift + a  # the mean of x
         for start in range(0, C, BLOCK):
             if OP == SOFTMAX:
                 x, mask = _row_tile(x_ptr, rows, cols, start, R, C, stride_xm, ninf)

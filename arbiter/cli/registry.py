@@ -64,9 +64,15 @@ def _layers() -> list[tuple[str, SqlStore]]:
 def _existing() -> None:
     """Exit 1 naming the registry when it is a SQLite file that does not exist: a command that only reads it
     would otherwise create an empty one and report nothing, as if all were well."""
-    from arbiter.store.diagnostics import sqlite_path, to_url
+    from arbiter.store.diagnostics import check_usable_path, sqlite_path, to_url
 
     path = sqlite_path(to_url(_where()))
+    if path is not None:
+        try:
+            check_usable_path(path)  # a name too long is not "no such file"
+        except RegistryError as exc:
+            error(exc)
+            raise typer.Exit(1) from None
     if path is not None and not os.path.exists(path):
         folder = os.path.dirname(os.path.abspath(path))
         where = (f"its folder {folder} does not exist (create it first, e.g. `mkdir -p {folder}`)"
@@ -197,8 +203,10 @@ def _pending(target, as_json: bool) -> None:
 
     with _registry_errors():
         rows = [r for r in pending(_user_sql(write=False)) if not target or r["target"] == target]
+    failed = [r for r in rows if r["state"] == "failed"]  # not retried by `tune --from-recorded`: not pending
+    rows = [r for r in rows if r["state"] != "failed"]
     if as_json:
-        print(json.dumps({"registry": _shown(), "pending": rows}, indent=1, default=str))
+        print(json.dumps({"registry": _shown(), "pending": rows, "failed": failed}, indent=1, default=str))
         return
     out = console()
     table = Table(title=lit(f"registry {_shown()}: recorded keys not tuned yet"))
@@ -215,6 +223,14 @@ def _pending(target, as_json: bool) -> None:
     out.print(f"{len(rows)} pending key(s)" + "".join(f"; {n} under {fp}" for fp, n in per_env.items())
               + ("; tune them with `arbiter tune --from-recorded` on a host of that environment" if rows else ""),
               highlight=False)
+    for r in failed:
+        out.print(Text.assemble(("failed", "red"), " ", lit(
+            f"{r['key']} under {r['env']} ({r['attempts']} attempt(s)): {r['note'] or 'no reason stored'}")),
+            highlight=False, soft_wrap=True)
+    if failed:
+        out.print(f"{len(failed)} recorded key(s) failed to tune and are not retried by `arbiter tune "
+                  f"--from-recorded`; fix the cause, then `arbiter tune --from-recorded --force` retries them",
+                  highlight=False)
 
 
 @app.command("env")
@@ -383,19 +399,21 @@ def doctor(repair: bool = typer.Option(False, "--repair", help="Move a corrupt r
 
 
 def _doctor(repair: bool, out, facts: dict) -> None:
-    from arbiter.store.diagnostics import UnwritableRegistry, sqlite_path, to_url
+    from arbiter.store.diagnostics import UnusableSetting, UnwritableRegistry, check_usable_path, sqlite_path, to_url
+    from arbiter.store.links import planted_link
     from arbiter.store.migrate import NewerSchemaError
     from arbiter.store.sql import SqlStore
 
     where = _where()
     path = sqlite_path(to_url(where))
-    if path is not None and os.path.isdir(path):  # never moved: `--db .` would be the working folder
-        facts.update(state="folder", problems=[f"{path}: is a folder, not a registry file"])
-        out.print(Text.assemble(("problem:", "red"), " ", lit(
-            f"{path}: is a folder, not a registry file; nothing was changed. Give the path of a registry file, "
-            f"e.g. `arbiter --db {os.path.join(path, 'registry.db')} doctor`.")), highlight=False, soft_wrap=True)
-        raise typer.Exit(1)
-    if path is not None and not os.path.exists(path):
+    try:  # a folder (never moved: `--db .` would be the working folder), a name too long: the setting is wrong
+        if path is not None:
+            check_usable_path(path)
+    except UnusableSetting as exc:
+        facts.update(state="folder" if path and os.path.isdir(path) else "unusable", problems=[str(exc)])
+        out.print(Text.assemble(("problem:", "red"), " ", lit(exc)), highlight=False, soft_wrap=True)
+        raise typer.Exit(1) from None
+    if path is not None and not os.path.exists(path) and planted_link(path) is None:  # a planted link: refused below
         facts.update(state="absent")
         out.print(f"{path}: no registry yet (created on first use)", highlight=False)
         return
@@ -404,7 +422,8 @@ def _doctor(repair: bool, out, facts: dict) -> None:
     try:
         sql = SqlStore(where)
         problems = sql.integrity_check()
-    except (UnwritableRegistry, NewerSchemaError) as exc:  # not ours to move: another user's, or a newer release's
+    except (UnwritableRegistry, NewerSchemaError, UnusableSetting) as exc:  # not ours to move: another user's, a
+        # newer release's, or no registry at all (a URL whose driver is missing)
         facts.update(state="refused", problems=[str(exc)])
         out.print(Text.assemble(("problem:", "red"), " ", lit(exc)), highlight=False, soft_wrap=True)
         raise typer.Exit(1) from None
@@ -430,39 +449,61 @@ def _doctor(repair: bool, out, facts: dict) -> None:
         out.print(f"moved {path} aside to {dest}; a fresh registry will be created at {path}", highlight=False)
         return
     assert sql is not None  # no problems: it opened
+    _unreadable_rows(sql, repair, out, facts)
     counts = sql.table_counts()
     stale = inventory.stale_environments(sql)
     doubtful, resting = trust.unvouched(sql)
     facts.update(state="ok", schema=sql.version(), checks=sql.checks(), rows=counts, stale_environments=len(stale),
                  unvouched_verdicts=len(doubtful), unvouched_solutions=len(resting))
-    ours = not resting or sql.trusts_verdicts  # a file only you and root can write: its rows are yours or root's
+    ours = not resting  # every stored winner rests on a verdict this user's gate computed (whatever the file's mode)
     # one fact a line: the row counts alone made a 316-character line
     out.print(f"{sql.where}: {'ok, ' if ours else ''}schema v{sql.version()}, integrity ok ({sql.checks()})",
               highlight=False)
     out.print("rows: " + ", ".join(f"{n} {k}" for k, n in counts.items()), highlight=False)
     out.print(f"{len(stale)} stale environment(s)", highlight=False)
     if ours:
-        if resting:
-            out.print(f"{len(resting)} solution(s) rest on {len(doubtful)} passed verdict(s) your gate did not vouch "
-                      f"for (written before kernel-arbiter kept its ledger, or by root)", highlight=False)
-        elif doubtful:
+        if doubtful:
             out.print(f"{len(doubtful)} passed verdict(s) not vouched for by your gate, no solution rests on them",
                       highlight=False)
         return
-    # Others may write this registry (a server, or a file named in ARBITER_TRUST_REGISTRY): a solution resting on
-    # a passed verdict this user's gate never computed is a row someone else wrote, or flipped.
+    # A solution resting on a passed verdict this user's gate never computed is a row someone else wrote, or
+    # flipped, whatever the file's mode now (a copy of another user's file is yours, its rows are not), or one
+    # from before kernel-arbiter kept its ledger.
     facts.update(state="unvouched", problems=[
         f"{r.key}: the stored winner {r.candidate_name} rests on a passed verdict your gate did not compute"
         for r in resting])
     for r in resting[:20]:
         out.print(Text.assemble(("problem:", "red"), " ", lit(
             f"{r.key}: the stored winner {r.candidate_name} rests on a passed verdict your gate did not compute "
-            f"(written by another user or host, or edited)")), highlight=False, soft_wrap=True)
+            f"(written by another user or host, edited, or from before your gate kept its ledger)")),
+            highlight=False, soft_wrap=True)
     more = f" ({len(resting) - 20} not shown)" if len(resting) > 20 else ""
     out.print(f"{len(resting)} solution(s){more} rest on {len(doubtful)} passed verdict(s) your gate did not "
               f"vouch for: each is gated again in your processes before it serves, and your gate's verdict replaces "
               f"the row. Nothing was changed.", highlight=False)
     raise typer.Exit(1)
+
+
+def _unreadable_rows(sql, repair: bool, out, facts: dict) -> None:
+    """Rows that do not decode (bad JSON, an unknown policy, a number that is none; issue 40 item 6): each named
+    with its row; readers take them as absent. ``--repair`` drops them alone (the other rows are kept)."""
+    bad = sql.unreadable_rows()
+    if not bad:
+        return
+    facts.update(unreadable_rows=[str(b) for b in bad])
+    for b in bad[:20]:
+        out.print(Text.assemble(("problem:", "red"), " ", lit(b)), highlight=False, soft_wrap=True)
+    more = f" ({len(bad) - 20} not shown)" if len(bad) > 20 else ""
+    if not repair:
+        facts.update(state="unreadable rows", problems=[str(b) for b in bad])
+        out.print(f"{len(bad)} row(s){more} cannot be read; dispatch, explain and stats take them as absent (a "
+                  f"solution's key is decided again). Nothing was changed. `arbiter --db {sql.where} doctor "
+                  f"--repair` drops these rows alone; the other rows are kept.", highlight=False, soft_wrap=True)
+        raise typer.Exit(1)
+    done = sql.drop_unreadable(bad)
+    facts.update(repaired={"dropped_unreadable_rows": done})
+    out.print(f"dropped {len(bad)} unreadable row(s){more} (" + ", ".join(f"{n} {t}" for t, n in done.items())
+              + "); the other rows are kept", highlight=False, soft_wrap=True)
 
 
 @app.command("export")

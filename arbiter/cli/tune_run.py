@@ -113,6 +113,8 @@ def plan(run: TuneRun, out) -> Plan:
         # in memory: no claims, the recorded keys of every environment; with workers (which claim nothing):
         # the keys recorded under this environment and not tuned yet (before: "tuned 0 of 0", keys left pending)
         problems += _recorded_problems(run.target) if sql is None else _pending_problems(sql, run.target)
+    elif run.from_recorded and run.force and not run.dry_run:  # claimed: keys whose tuning failed open again
+        _reopen_failed(sql, run.target)
     if run.retune_stale:
         problems += _stale_problems(run.target)
     if not problems and not (run.from_recorded and sql is not None):
@@ -161,7 +163,7 @@ def run_serial(run: TuneRun, planned: Plan, out) -> None:
     """One key after another in this process (an in-memory registry: nothing to claim)."""
     keys = _Keys(run, planned, out)
     spent = budget_clock(run.budget_s)
-    todo, tuned = planned.todo, 0
+    todo, tuned, failed = planned.todo, 0, 0
     with key_bar(len(todo)) as bar:
         for i, item in enumerate(todo, 1):
             if spent():
@@ -171,7 +173,11 @@ def run_serial(run: TuneRun, planned: Plan, out) -> None:
             if keys.tune(item.problem, item.seed, f"key {i}/{len(todo)} {item.problem.label}", bar,
                          raising=False) is not None:
                 tuned += 1
+            else:
+                failed += 1
     out.console.print(lit(f"tuned {tuned} key(s) on {run.target}; registry: {planned.store!r}"))
+    if failed and not tuned:  # every key it tried failed: not a success (issue 40 item 10), as the claimed run
+        raise typer.Exit(1)
 
 
 class _Keys:
@@ -287,6 +293,13 @@ def _say_claimed(run: TuneRun, planned: Plan, outcome, out, *, budget_spent: boo
                           + (f", {len(outcome.lost)} lost to another host" if outcome.lost else "")
                           + f"; registry: {planned.store!r}"))
     if run.from_recorded and not (outcome.tuned or outcome.failed or outcome.lost):
+        failed = 0 if planned.sql is None else _failed_recorded(planned.sql, fingerprint, run.target)
+        if failed:  # `stats --pending` lists them: say they are there, and why they were not tuned
+            out.console.print(lit(f"nothing left to tune under {fingerprint}: {failed} recorded key(s) failed to "
+                                  f"tune before and are not retried (`arbiter stats --pending` shows why); fix the "
+                                  f"cause, then `arbiter tune --from-recorded --force` retries them", "yellow"),
+                              highlight=False)
+            return
         out.console.print(lit(f"nothing recorded to tune under {fingerprint}: production records the keys it "
                               f"misses under policy record (ARBITER_POLICY=record); `arbiter stats --pending` "
                               f"lists them", "yellow"), highlight=False)
@@ -345,9 +358,10 @@ class _Reporting:
 
     # Arguments pass through as given: the runner's contract belongs to arbiter.tune, not to this wrapper.
     def verify(self, candidate, params, *args, **kwargs):
-        from arbiter.verify import verify
+        from arbiter.verify import default_verifier
 
-        return self._timed("gate", self.inner.verify or verify, candidate, params, *args, **kwargs)
+        return self._timed("gate", self.inner.verify or default_verifier(candidate), candidate, params, *args,
+                           **kwargs)
 
     def measure(self, candidate, params, *args, **kwargs):
         return self._timed("timed", self.inner.measure, candidate, params, *args, **kwargs)
@@ -377,6 +391,24 @@ def _pending_problems(sql, target: str) -> list[Problem]:
     claims = Claims(sql)
     return [recorded_problem(claims, row["key"], env) for row in pending(sql)
             if row["env"] == env and row["target"] == target and row["state"] != "failed"]
+
+
+def _reopen_failed(sql, target: str) -> None:
+    """``tune --from-recorded --force``: the recorded keys of this environment whose tuning failed are open again
+    (claimed and checked as any recorded key: one whose dims fall in another key fails again, with why)."""
+    from arbiter.store.claims import Claims, pending
+
+    env = envmod.environment(target).fingerprint
+    keys = [r["key"] for r in pending(sql) if r["env"] == env and r["target"] == target and r["state"] == "failed"]
+    if keys:
+        Claims(sql).offer(keys, env, reopen=True)
+
+
+def _failed_recorded(sql, env: str, target: str) -> int:
+    """How many recorded keys of ``env`` failed to tune (not retried without --force)."""
+    from arbiter.store.claims import pending
+
+    return sum(r["env"] == env and r["target"] == target and r["state"] == "failed" for r in pending(sql))
 
 
 def _claims_store():

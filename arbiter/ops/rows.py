@@ -62,11 +62,39 @@ def zero_ends(op: str) -> Family:
 
 # --- norms (rmsnorm, layernorm) -------------------------------------------------------------------------
 OFFSET, SPREAD = 300.0, 0.1
+# Exactly constant rows at non-integer values and large offsets (a flat image patch, a padded position whose
+# embedding is constant). The float32 sum of n copies of such a value rounds in most summation orders (131.325 x
+# 4096 does), so a layernorm whose mean is that sum / n misses the constant by a few ulps, and (x - mean) / sqrt(eps)
+# magnifies the miss ~300-fold where the answer is exactly the bias (issue 38 item 1: bias + 0.015). Small
+# integers, which every order adds exactly, hid it. The statistics of x - x[0] (or Welford's) are exact there.
+CONSTANTS = (131.325, -0.7071, 1000.1, -2000.3, 37.19)
 
 
-def _eps_dominated(constant_rows: bool):
+def _constants(rng, rows: int, zero_first: bool) -> np.ndarray:
+    """One value per row for the constant rows: one of 0 and ``CONSTANTS``, or a random value of magnitude 0.01 to
+    3000 (any mantissa), half the time each. Row 0 is 0 where ``zero_first`` (rmsnorm: 0/0 without eps), else a
+    random value of magnitude 30 to 3000: a one-row key has no other constant row, a fixed value is summed exactly at
+    some widths every time, and a mean that misses a large value shows through any bias."""
+    pool = np.array((0.0, *CONSTANTS))
+    pick = rng.integers(0, 2 * len(pool), rows)
+    drawn = rng.choice([-1.0, 1.0], rows) * 10.0 ** rng.uniform(-2.0, 3.5, rows)
+    values = np.where(pick < len(pool), pool[np.minimum(pick, len(pool) - 1)], drawn)
+    if rows:
+        values[0] = 0.0 if zero_first else float(rng.choice([-1.0, 1.0]) * 10.0 ** rng.uniform(1.5, 3.5))
+    return values
+
+
+EPS_DOMINATED_TEXT = (
+    "rows with mean square (variance) 0 to 4x eps, and rows exactly constant: at 0, at non-integer values and large "
+    f"offsets ({', '.join(f'{c:g}' for c in CONSTANTS)}, random values of magnitude 0.01 to 3000; a third of the "
+    "rows; the first always, layernorm's of magnitude 30 to 3000, rmsnorm's 0): catches a kernel that ignores or "
+    "hard-codes eps (0/0, or a wrong scale), and a layernorm whose mean misses a constant row's value (the answer is "
+    "exactly the bias; a float32 sum of a non-integer constant rounds, and (x - mean) / sqrt(eps) magnifies the miss)")
+
+
+def _eps_dominated(centred: bool):
     def apply(region, rng):
-        """Rows whose mean square is near ``eps`` (so eps matters), some exactly zero or constant."""
+        """Rows whose mean square is near ``eps`` (so eps matters), a third exactly constant (row 0 always)."""
         x = region.x
         rows = x.shape[0]
         # Squares below the accumulator's normal range (about 1e-31 in float32) lose their digits, so a caller's
@@ -74,12 +102,10 @@ def _eps_dominated(constant_rows: bool):
         # eps is negligible beside any representable mean square, and the rows keep a representable one.
         acc = np.finfo(np.float64 if np.dtype(region.dtype).itemsize > 4 else np.float32)
         unit = max(math.sqrt(region.eps), math.sqrt(float(acc.tiny) / float(acc.eps)))
-        scale = unit * rng.choice([0.0, 0.1, 0.5, 1.0, 2.0], rows)
-        scale[: min(rows, 1)] = 0.0  # an all-zero (or, with constant_rows, exactly constant) row
+        scale = unit * rng.choice([0.0, 0.0, 0.1, 0.5, 1.0, 2.0], rows)
+        scale[: min(rows, 1)] = 0.0  # an exactly constant row (zero variance; rmsnorm's all zero: 0/0 without eps)
         x *= row_offsets(region, scale / 2.0)  # benign rows have std 2
-        if constant_rows:  # exactly constant rows (zero variance: the answer is bias); small integers
-            # keep every summation order exact, so a correct kernel's mean is exactly the constant
-            x += row_offsets(region, np.where(scale == 0.0, rng.integers(-3, 4, rows), 0).astype(np.float64))
+        x += row_offsets(region, np.where(scale == 0.0, _constants(rng, rows, zero_first=not centred), 0.0))
     return apply
 
 
@@ -116,10 +142,7 @@ def norm_families(op: str, centred: bool) -> tuple[Family, ...]:
         budget_text = ("the op's budget x 3000 (capped at rel_fro 0.1, atol and rtol 1): the condition number of "
                        "(x - mean)/std is abs(x)/std = 3000; a one-pass variance errs by ulp x 3000^2")
     return (
-        Family("eps_dominated", (op,),
-               "rows with mean square (variance) 0 to 4x eps, the first exactly zero (constant): catches a kernel "
-               "that ignores or hard-codes eps (0/0, or a wrong scale)",
-               _eps_dominated(centred)),
+        Family("eps_dominated", (op,), EPS_DOMINATED_TEXT, _eps_dominated(centred)),
         Family("large_offset", (op,),
                "rows of spread 0.1 shifted by +-300: catches a one-pass variance E[x^2] - E[x]^2 (cancellation)",
                _large_offset(3.0 if centred else 0.0), offset_budget, budget_text),

@@ -77,11 +77,12 @@ def _rmsnorm(region, part, bounds, cols):
 
 
 def _layernorm(region, part, bounds, cols):
-    mean = sum(float(part(c0, c1).sum()) for c0, c1 in bounds) / cols
-    var = sum(float(((part(c0, c1) - mean) ** 2).sum()) for c0, c1 in bounds) / cols  # two-pass, biased
+    shift = float(part(0, 1)[0]) if cols else 0.0  # the row's first element, as the oracle shifts it (exact there)
+    mean = sum(float((part(c0, c1) - shift).sum()) for c0, c1 in bounds) / cols  # of the shifted row
+    var = sum(float(((part(c0, c1) - shift - mean) ** 2).sum()) for c0, c1 in bounds) / cols  # two-pass, biased
     scale = 1.0 / np.sqrt(var + region.eps)
     for c0, c1 in bounds:
-        y = (part(c0, c1) - mean) * scale * host64(region, region.weight[c0:c1])
+        y = (part(c0, c1) - shift - mean) * scale * host64(region, region.weight[c0:c1])
         if region.bias is not None:
             y = y + host64(region, region.bias[c0:c1])
         yield c0, y

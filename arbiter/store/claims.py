@@ -16,7 +16,13 @@ processes recorded under its environment), then *claims* them one row at a time:
 * a host that dies stops renewing: after ``expires`` another host's claim takes the key over.
 
 ``expires`` is Unix seconds from the claiming host's clock: hosts must keep their clocks in step (NTP) to well
-within a lease.
+within a lease. A holder whose clock stepped ahead (an expiry further ahead than its own lease from the reader's
+now) would otherwise strand the key for the size of the step once it dies (issue 40 item 8). Every claim and
+renewal writes ``updated`` with ``expires`` (the holder's lease is their difference); a reader that finds a
+claim written more than ``CLOCK_SLACK_S`` in its future caps its expiry at its own now plus that holder's lease
+(``claim`` writes the cap into the row; ``held`` and ``pending`` read it so). A live holder renews past the cap;
+a dead one's key is claimable one lease later. An expiry more than ``MAX_LEASE_S`` ahead is no lease at all: it
+is treated as expired.
 """
 from __future__ import annotations
 
@@ -25,6 +31,7 @@ import secrets
 import socket
 import threading
 import time
+from datetime import timezone
 
 from sqlalchemy import and_, func, insert, or_, select, update
 
@@ -35,6 +42,8 @@ from arbiter.store.models import ClaimRow, MeasurementRow, RecordedKey, utcnow
 from arbiter.store.sql import SqlStore
 
 LEASE_S = 60.0  # a claim not renewed for this long is taken over by another host
+MAX_LEASE_S = 86400.0  # the longest lease a claim may have; an expiry further ahead is not believed
+CLOCK_SLACK_S = 10.0  # how far ahead of a reader's clock a holder's may be before its claim's expiry is capped
 
 
 class LostClaim(RegistryError):
@@ -98,6 +107,42 @@ def _reopen_untuned(conn, env: str, keys=None) -> int:
 MAX_ATTEMPTS = 3  # a key claimed this often whose holders all died or lost it is marked failed, not retried
 
 
+def _stamp(value) -> float:
+    """Unix seconds of a stored ``updated`` (SQLite gives it back naive, in UTC)."""
+    if value is None:
+        return 0.0
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=timezone.utc)
+    return value.timestamp()
+
+
+def effective_expiry(expires: float, updated, now: float) -> float:
+    """When a claim's lease ends by the reader's clock (``now``): ``expires`` as stored, unless the holder's
+    clock was ahead when it wrote the claim (``updated`` more than ``CLOCK_SLACK_S`` after ``now``): then
+    ``now`` plus the holder's lease (``expires - updated``, both from its clock). An expiry past ``now +
+    MAX_LEASE_S + CLOCK_SLACK_S`` is expired (0): no holder's lease is that long."""
+    expires = float(expires or 0.0)
+    if expires > now + MAX_LEASE_S + CLOCK_SLACK_S:
+        return 0.0
+    written = _stamp(updated)
+    if written > now + CLOCK_SLACK_S:
+        return min(expires, now + min(max(expires - written, 0.0), MAX_LEASE_S))
+    return expires
+
+
+def _cap_future_claims(conn, env: str, now: float) -> None:
+    """Write into ``env``'s claimed rows the cap ``effective_expiry`` gives (a holder whose clock stepped ahead
+    and died would hold the key for the size of the step): only rows whose expiry is further ahead than
+    the lease's most or that were written in this reader's future are touched."""
+    rows = conn.execute(select(ClaimRow.id, ClaimRow.expires, ClaimRow.updated).where(
+        ClaimRow.env == env, ClaimRow.state == "claimed", ClaimRow.expires > now)).all()
+    for row in rows:
+        capped = effective_expiry(row.expires, row.updated, now)
+        if capped < row.expires:
+            conn.execute(update(ClaimRow).where(ClaimRow.id == row.id, ClaimRow.expires == row.expires)
+                         .values(expires=capped, updated=utcnow()))
+
+
 def _claimable(now: float):
     return and_(or_(ClaimRow.state == "open", and_(ClaimRow.state == "claimed", ClaimRow.expires < now)),
                 ClaimRow.attempts < MAX_ATTEMPTS)
@@ -116,8 +161,9 @@ class Claims:
     """Claims of one holder in one registry (``store``: a ``SqlStore``, or a layered store over one)."""
 
     def __init__(self, store, *, holder: str | None = None, lease_s: float = LEASE_S):
-        if not lease_s > 0:
-            raise ValueError(f"lease_s must be positive, got {lease_s}")
+        if not 0 < lease_s <= MAX_LEASE_S:
+            raise ValueError(f"lease_s (--lease-seconds) must be more than 0 and at most {MAX_LEASE_S:g} s, "
+                             f"got {lease_s}")
         self.sql = sql_store(store)
         self.holder = holder or holder_name()
         self.lease_s = float(lease_s)
@@ -171,6 +217,7 @@ class Claims:
         keys = None if keys is None else sorted(set(keys))
 
         def write(conn):
+            _cap_future_claims(conn, env, time.time())
             _give_up(conn, env, time.time())
             while True:
                 now = time.time()
@@ -191,8 +238,9 @@ class Claims:
     def renew(self, key: str, env: str) -> bool:
         """Push this holder's lease on (key, env) on by ``lease_s``; False when it is no longer ours."""
         def write(conn):
+            # ``updated`` with ``expires``: their difference is this holder's lease (``effective_expiry``)
             return conn.execute(update(ClaimRow).where(*self._mine(key, env))
-                                .values(expires=time.time() + self.lease_s)).rowcount == 1
+                                .values(expires=time.time() + self.lease_s, updated=utcnow())).rowcount == 1
 
         return self.sql.transact(write, write=True)
 
@@ -220,15 +268,19 @@ class Claims:
         """(key, holder, expires) of ``env``'s claims (among ``keys``) another holder holds under a lease that
         has not run out: keys a run must wait for (they end done, or their lease lapses and they are claimable)
         rather than report itself finished."""
+        now = time.time()
+
         def read(conn):
-            stmt = select(ClaimRow.key, ClaimRow.holder, ClaimRow.expires).where(
-                ClaimRow.env == env, ClaimRow.state == "claimed", ClaimRow.expires >= time.time(),
+            stmt = select(ClaimRow.key, ClaimRow.holder, ClaimRow.expires, ClaimRow.updated).where(
+                ClaimRow.env == env, ClaimRow.state == "claimed", ClaimRow.expires >= now,
                 ClaimRow.holder != self.holder)
             if keys is not None:
                 stmt = stmt.where(ClaimRow.key.in_(sorted(set(keys))))
-            return [tuple(r) for r in conn.execute(stmt.order_by(ClaimRow.key)).all()]
+            return conn.execute(stmt.order_by(ClaimRow.key)).all()
 
-        return self.sql.transact(read, write=False)
+        rows = [(key, holder, effective_expiry(expires, updated, now))
+                for key, holder, expires, updated in self.sql.transact(read, write=False)]
+        return [r for r in rows if r[2] >= now]
 
     def release(self, key: str, env: str) -> None:
         """Give a claim back unfinished (a host stopping mid-key): open at once, not after the lease."""
@@ -277,7 +329,7 @@ def pending(store) -> list[dict]:
     def read(conn):
         rows = conn.execute(
             select(RecordedKey.env, RecordedKey.key, ClaimRow.state, ClaimRow.holder, ClaimRow.expires,
-                   ClaimRow.attempts, ClaimRow.note)
+                   ClaimRow.attempts, ClaimRow.note, ClaimRow.updated)
             .outerjoin(ClaimRow, and_(ClaimRow.key == RecordedKey.key, ClaimRow.env == RecordedKey.env))
             .where(~_tuned())
             .order_by(RecordedKey.env, RecordedKey.key)).all()
@@ -285,7 +337,9 @@ def pending(store) -> list[dict]:
 
     now = time.time()
     out = []
-    for env, key, state, holder, expires, attempts, note in sql.transact(read, write=False):
+    for env, key, state, holder, expires, attempts, note, updated in sql.transact(read, write=False):
+        if state == "claimed":
+            expires = effective_expiry(expires, updated, now)
         if state == "claimed" and expires < now:
             state = "expired"
         out.append(dict(env=env, target=ProblemKey.parse(key).target, key=key, state=state or "open",

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import math
 import os
 import select
 import signal
@@ -109,18 +110,81 @@ def _at_exit() -> None:
     _stop.set()
     if _thread is not None:
         _thread.join(timeout=30)  # let an in-flight flush commit rather than die mid-transaction
+    others = _dispatching_threads()
+    if others and _close is not None:
+        _close()  # daemon threads still dispatching now wait for the end (``wait_for_end``) instead of counting
     try:
         if _flush is not None:
             _flush()
+            # A thread between its route lookup and its count adds one after that snapshot: flush until nothing
+            # has been pending for two short looks (a runnable thread gets the GIL within a switch interval).
+            deadline, quiet = time.monotonic() + _bound(), 0
+            while others and quiet < 2 and time.monotonic() < deadline:
+                time.sleep(0.02)
+                if _count_pending() > 0:
+                    _flush()
+                    quiet = 0
+                else:
+                    quiet += 1
     except Exception as exc:  # (the process is ending: say what is lost, with its number)
         _report(f"{_count_pending()} dispatch count(s) not written to the registry at exit, lost: {exc}")
+        return
+    lost = _count_pending()
+    if lost:
+        _report(f"{lost} dispatch count(s) not written to the registry at exit (made by threads still "
+                f"dispatching after the last flush); they are lost")
+
+
+def _dispatching_threads() -> list[threading.Thread]:
+    """Threads alive at exit besides this one and the flusher's own (daemon threads that may still dispatch)."""
+    ours = {threading.current_thread(), _thread, _watcher}
+    return [t for t in threading.enumerate() if t not in ours and t.is_alive()]
+
+
+MAX_SIGNAL_FLUSH_S = 3600.0  # the longest ARBITER_SIGNAL_FLUSH_S taken (a larger finite value is capped to it)
+_bound_of: tuple[str | None, float] | None = None  # (the setting, the seconds it gives): parsed once per value
+
+
+def _parse_bound(given: str | None) -> tuple[float, str]:
+    """(seconds, warning) for the setting ``given`` of ARBITER_SIGNAL_FLUSH_S; the warning is empty when it is
+    taken as it is. Not a finite number >= 0 (``inf``, ``nan``, ``-1``, ``abc``): refused, the default is used
+    (``inf`` raised OverflowError in the watcher thread and the signal never ended the process; ``nan`` was taken
+    as 0). Past ``MAX_SIGNAL_FLUSH_S``: capped to it (a thread's wait overflows far beyond)."""
+    if given is None or not given.strip():
+        return SIGNAL_FLUSH_S, ""
+    try:
+        seconds = float(given)
+    except ValueError:
+        seconds = math.nan
+    if not math.isfinite(seconds) or seconds < 0:
+        return SIGNAL_FLUSH_S, (f"ARBITER_SIGNAL_FLUSH_S={given!r} is not a finite number of seconds >= 0; "
+                                f"using the default, {SIGNAL_FLUSH_S:g} s (how long a SIGTERM/SIGHUP waits for "
+                                f"the last flush; at most {MAX_SIGNAL_FLUSH_S:g})")
+    if seconds > MAX_SIGNAL_FLUSH_S:
+        return MAX_SIGNAL_FLUSH_S, (f"ARBITER_SIGNAL_FLUSH_S={given!r} is more than the most a signal waits, "
+                                    f"{MAX_SIGNAL_FLUSH_S:g} s; using {MAX_SIGNAL_FLUSH_S:g}")
+    return seconds, ""
+
+
+def _setting() -> str:
+    """ARBITER_SIGNAL_FLUSH_S as set, for a message: the value given, or that it is unset."""
+    given = os.environ.get("ARBITER_SIGNAL_FLUSH_S")
+    return "unset" if given is None else repr(given)
 
 
 def _bound() -> float:
-    try:
-        return max(0.0, float(os.environ.get("ARBITER_SIGNAL_FLUSH_S", SIGNAL_FLUSH_S)))
-    except ValueError:
-        return SIGNAL_FLUSH_S
+    """How long a SIGTERM/SIGHUP waits for the last flush: ARBITER_SIGNAL_FLUSH_S (checked, see ``_parse_bound``)
+    else ``SIGNAL_FLUSH_S``. A refused setting is warned about once, on stderr through the file descriptor (this
+    may run in the watcher thread while the process ends)."""
+    global _bound_of
+    given = os.environ.get("ARBITER_SIGNAL_FLUSH_S")
+    if _bound_of is not None and _bound_of[0] == given:
+        return _bound_of[1]
+    seconds, warning = _parse_bound(given)
+    _bound_of = (given, seconds)
+    if warning:
+        _report(f"warning: {warning}")
+    return seconds
 
 
 _main_depth = 0  # how deep the main thread is in a registry transaction or a flush (see ``deferring_signals``)
@@ -240,21 +304,27 @@ def _final_flush(deadline: float, errors: list[str]) -> None:
 
 
 def _end_by(signum: int) -> None:
-    """Flush what dispatch counted (bounded), say what could not be written, then end by ``signum``."""
+    """Flush what dispatch counted (bounded), say what could not be written, then end by ``signum``. Whatever
+    goes wrong on the way (it runs in the watcher thread: nothing above it would see an exception), the process
+    still ends by the signal: a watcher that died left the dispatching threads waiting forever."""
     _ending.set()
-    bound = _bound()
-    errors: list[str] = []
-    flusher = threading.Thread(target=_final_flush, args=(time.monotonic() + bound, errors),
-                               name="arbiter-final-flush", daemon=True)
-    flusher.start()
-    flusher.join(bound)
-    lost = _count_pending()
-    if lost:
-        why = errors[0] if errors else f"the registry did not take them within {bound:g} s"
-        _report(f"{signal.Signals(signum).name}: {lost if lost > 0 else 'some'} dispatch count(s) not written "
-                f"to the registry ({why}); they are lost. ARBITER_SIGNAL_FLUSH_S={bound:g} is how long a signal "
-                f"waits for them.")
-    _die(signum)
+    try:
+        bound = _bound()
+        errors: list[str] = []
+        flusher = threading.Thread(target=_final_flush, args=(time.monotonic() + bound, errors),
+                                   name="arbiter-final-flush", daemon=True)
+        flusher.start()
+        flusher.join(bound)
+        lost = _count_pending()
+        if lost:
+            why = errors[0] if errors else f"the registry did not take them within {bound:g} s"
+            _report(f"{signal.Signals(signum).name}: {lost if lost > 0 else 'some'} dispatch count(s) not written "
+                    f"to the registry ({why}); they are lost. The signal waited {bound:g} s for them; "
+                    f"ARBITER_SIGNAL_FLUSH_S sets how long (now {_setting()}).")
+    except BaseException as exc:  # (the end must come: say why the last flush did not)
+        _report(f"{signal.Signals(signum).name}: the last flush failed ({type(exc).__name__}: {exc})")
+    finally:
+        _die(signum)
 
 
 _libc_signal = None  # libc's signal(): the default action is restored from this thread (Python allows only main)
@@ -364,11 +434,16 @@ def start(flush: Callable[[], None], *, pending: Callable[[], int] | None = None
 
             util.register_after_fork(_OWNER, _mp_child)
         _install_signal_handlers()
+    _bound()  # a refused ARBITER_SIGNAL_FLUSH_S is named now, not first when a signal ends the process
 
 
 def wait_for_end() -> None:
     """Called by a dispatch made after the process began ending by a signal: wait for the end rather than count
-    a call the last flush may not carry (bounded: should the end not come, the call goes on)."""
+    a call the last flush may not carry (bounded: should the end not come, the call goes on). At a normal exit
+    (``_at_exit`` closed dispatch: no signal) only other threads wait; the main thread, running exit handlers,
+    goes on."""
+    if not _ending.is_set() and threading.current_thread() is threading.main_thread():
+        return
     _ending.wait(1.0)
     deadline = time.monotonic() + _bound() + 10.0
     while time.monotonic() < deadline:

@@ -15,7 +15,12 @@ import os
 import warnings
 
 from arbiter.store.base import MemoryStore, Store
-from arbiter.store.diagnostics import UntrustedRegistry, UnwritableRegistry
+from arbiter.store.diagnostics import (
+    DiskFullRegistry,
+    ReadOnlyFilesystemRegistry,
+    UntrustedRegistry,
+    UnwritableRegistry,
+)
 from arbiter.store.sql import SqlStore
 
 DEFAULT_PATH = "registry.db"
@@ -147,7 +152,10 @@ def open_user(where: str, *, writable: bool = False) -> Store:
                                      f"pass --db {IN_MEMORY} (ARBITER_DB={IN_MEMORY}).", exc.readable) from None
         if isinstance(exc, UntrustedRegistry):
             return _degraded(where, str(exc), MemoryStore(), "Using an in-memory registry: new results", "")
-        fix = "Make it writable for you, or set ARBITER_DB or --db to a path of your own."
+        fix = ("" if isinstance(exc, DiskFullRegistry)  # its message says what to do: free space
+               else "Remount it read-write, or set ARBITER_DB or --db to a path on a writable filesystem."
+               if isinstance(exc, ReadOnlyFilesystemRegistry)
+               else "Make it writable for you, or set ARBITER_DB or --db to a path of your own.")
         if exc.readable:
             try:
                 kept = SqlStore(where, readonly=True, fix=f"Nothing was changed. {fix}")

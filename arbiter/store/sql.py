@@ -26,6 +26,7 @@ import functools
 import json
 import math
 import os
+import warnings
 from datetime import timezone
 from typing import Any
 
@@ -36,14 +37,23 @@ from arbiter import env as envmod
 from arbiter.errors import RegistryError
 from arbiter.keys import ProblemKey, params_id
 from arbiter.oracles.budgets import Budget
-from arbiter.store import migrate, trust
+from arbiter.solution import ChosenBy, TimingMode
+from arbiter.store import links, migrate, trust
+from arbiter.store import rows as decode
 from arbiter.store.base import CountDelta, MeasurementRecord, SolutionRecord, Store, Verdict, VerdictKey, tier_of
 from arbiter.store.diagnostics import (
     SYSTEM_FIX,
+    DiskFullRegistry,
+    ReadOnlyFilesystemRegistry,
     UntrustedRegistry,
     UnwritableRegistry,
+    check_driver,
     check_sqlite_file,
+    check_usable_path,
+    drop_new_companions,
     ownership,
+    read_only_filesystem,
+    refuse_foreign,
     repair_hint,
     schema_problems,
     sqlite_path,
@@ -91,6 +101,14 @@ def _parsed(key: str) -> ProblemKey | None:
         return None
 
 
+def _decodes_to_fields(value) -> bool:
+    """Whether a stored environment's fields decode to a non-empty object."""
+    try:
+        return bool(decode.json_value(value, "fields"))
+    except decode.BadRow:
+        return False
+
+
 def _key_target(key: str) -> str:
     parsed = _parsed(key)
     return "" if parsed is None else parsed.target
@@ -108,8 +126,14 @@ class SqlStore(Database, Store):
         path = sqlite_path(url)
         where = path or make_url(url).render_as_string(hide_password=True)
         fix = fix or (SYSTEM_FIX if readonly else repair_hint(where))
-        refused = None  # why another user could write this file (opened anyway only when named)
+        setting = "ARBITER_SYSTEM_DB" if fix == SYSTEM_FIX else "--db/ARBITER_DB"
+        if path is None and url.get_backend_name() != "sqlite":
+            check_driver(url, where, setting)  # before create_engine: its NoSuchModuleError/ImportError name neither
         if path is not None:
+            check_usable_path(path, setting)  # a folder, a name too long: before any check that would misname it
+            planted = links.planted_link(path)  # before anything follows it (issue 40 item 4); never overridden
+            if planted is not None:
+                raise UntrustedRegistry(f"{planted}.")  # it starts with the link's name
             if readonly:
                 try:
                     os.stat(path)
@@ -120,22 +144,30 @@ class SqlStore(Database, Store):
                                         f"({ownership(os.path.dirname(path))}). {fix}") from None
             why = None if readonly else unwritable_reason(path)
             if why is not None:
-                raise UnwritableRegistry(f"{path}: cannot be written: {why}.", readable=os.access(path, os.R_OK))
+                kind = (ReadOnlyFilesystemRegistry if read_only_filesystem(os.path.dirname(path) or ".")
+                        else UnwritableRegistry)
+                raise kind(f"{path}: cannot be written: {why}.", readable=os.access(path, os.R_OK))
             refused = trust.refusal(path)
             if refused is not None and not trust.named_trusted(path):
                 raise UntrustedRegistry(f"{path}: {refused}. {trust.refusal_fix(path)}")
             if not open_here(path):  # checked when first opened here; re-reading it would drop SQLite's locks
                 check_sqlite_file(path, fix)
+                if not readonly:  # read-only, before the WAL switch writes to another program's file
+                    refuse_foreign(path)
         super().__init__(url, where=where, path=path, readonly=readonly, fix=fix)
         self.persistent = not readonly
-        # Whether a stored verdict is taken as it is: only where no one but this user or root can have written it
-        # (a file that passed trust.refusal); elsewhere a passed verdict must be in this user's ledger.
-        # A server database is written by anyone with its credentials.
-        self.trusts_verdicts = refused is None and (path is not None or make_url(url).get_backend_name() == "sqlite")
         self._solutions: dict[tuple[str, str], SolutionRecord] = {}
         self._verdicts: dict[VerdictKey, Verdict] = {}
         self._loaded: set[tuple[str, str]] = set()  # ("solutions"|"verdicts", env) already bulk-loaded
-        self._open()
+        self._warned_rows: set[tuple[str, str, str]] = set()  # (table, key, env) of unreadable rows warned about
+        absent = [] if path is None else [f for f in (path + "-wal", path + "-shm") if not os.path.lexists(f)]
+        try:
+            self._open()
+        except BaseException as exc:
+            self.close()  # a store that never opened must not count as holding the file (``open_here``)
+            if isinstance(exc, DiskFullRegistry):
+                drop_new_companions(absent)
+            raise
 
     def __repr__(self):
         return f"<SqlStore {self.where}{' (read-only)' if self.readonly else ''}>"
@@ -180,10 +212,10 @@ class SqlStore(Database, Store):
         if ("env", fingerprint, True) in self.known or ("env", fingerprint, bool(fields)) in self.known:
             return
         self.learn(("env", fingerprint, bool(fields)))
-        row = conn.execute(select(Environment.fields).where(Environment.fingerprint == fingerprint)).first()
+        row = conn.execute(select(decode.raw(Environment.fields)).where(Environment.fingerprint == fingerprint)).first()
         if row is None:
             conn.execute(insert(Environment).values(fingerprint=fingerprint, target=target, fields=fields))
-        elif fields and not row.fields:
+        elif fields and not _decodes_to_fields(row.fields):  # (unreadable fields are unknown ones: written now)
             conn.execute(update(Environment).where(Environment.fingerprint == fingerprint)
                          .values(fields=fields, target=target))
 
@@ -226,26 +258,54 @@ class SqlStore(Database, Store):
     # --- verdicts -----------------------------------------------------------
     @staticmethod
     def _verdict(row):
-        return Verdict(bool(row.passed), row.reason or "", _nan(row.rel_error), _nan(row.max_excess),
-                       tuple(row.probes or ()), Budget(row.budget_rel_fro, row.budget_atol, row.budget_rtol),
-                       bool(row.looser_budget), row.seconds or 0.0)
+        """The Verdict of a row of ``VERDICT_COLUMNS``; ``decode.BadRow`` when a column does not decode."""
+        num = decode.number
+        return Verdict(decode.flag(row.passed, "passed"), row.reason or "", _nan(num(row.rel_error, "rel_error")),
+                       _nan(num(row.max_excess, "max_excess")), tuple(decode.json_value(row.probes, "probes", list)),
+                       Budget(decode.required(row.budget_rel_fro, "budget_rel_fro"),
+                              decode.required(row.budget_atol, "budget_atol"),
+                              decode.required(row.budget_rtol, "budget_rtol")),
+                       decode.flag(row.looser_budget, "looser_budget"), num(row.seconds, "seconds") or 0.0)
+
+    VERDICT_COLUMNS = (VerdictRow.identity, VerdictRow.params, VerdictRow.key, VerdictRow.env,
+                       decode.raw(VerdictRow.passed), VerdictRow.reason, decode.raw(VerdictRow.rel_error),
+                       decode.raw(VerdictRow.max_excess), decode.raw(VerdictRow.probes),
+                       decode.raw(VerdictRow.budget_rel_fro), decode.raw(VerdictRow.budget_atol),
+                       decode.raw(VerdictRow.budget_rtol), decode.raw(VerdictRow.looser_budget),
+                       decode.raw(VerdictRow.seconds))
 
     def _verdict_rows(self, *where):
-        cols = (VerdictRow.identity, VerdictRow.params, VerdictRow.key, VerdictRow.env, VerdictRow.passed,
-                VerdictRow.reason, VerdictRow.rel_error, VerdictRow.max_excess, VerdictRow.probes,
-                VerdictRow.budget_rel_fro, VerdictRow.budget_atol, VerdictRow.budget_rtol,
-                VerdictRow.looser_budget, VerdictRow.seconds)
-        rows = self.transact(lambda conn: conn.execute(select(*cols).where(*where)).all(), write=False)
-        return {VerdictKey(r.identity, r.params, r.key, r.env): self._verdict(r) for r in rows}
+        found = self.transact(lambda conn: conn.execute(select(*self.VERDICT_COLUMNS).where(*where)).all(),
+                              write=False)
+        out = {}
+        for r in found:
+            try:
+                out[VerdictKey(r.identity, r.params, r.key, r.env)] = self._verdict(r)
+            except decode.BadRow as exc:  # as if never computed: the gate runs again and its verdict replaces it
+                self.unreadable("verdicts", r.key, r.env, exc, "its solution is gated again before it serves")
+        return out
+
+    def unreadable(self, table: str, key: str, env: str, exc: Exception, consequence: str) -> None:
+        """Warn once that a row of ``table`` at (``key``, ``env``) cannot be decoded and is taken as absent."""
+        if (table, key, env) in self._warned_rows:
+            return
+        self._warned_rows.add((table, key, env))
+        fix = (f"`arbiter --db {self.where} doctor` lists such rows, `doctor --repair` drops them (the other rows "
+               f"are kept)" if not self.readonly else
+               "publish the system registry again (`arbiter export --env FINGERPRINT --out FILE`), or point "
+               "ARBITER_SYSTEM_DB elsewhere")
+        warnings.warn(f"kernel-arbiter: {self.where}: the {table} row of key {key} (environment {env}) cannot be "
+                      f"read ({exc}); it is treated as absent: {consequence}. Fix: {fix}.", RuntimeWarning,
+                      stacklevel=4)
 
     def load_verdict(self, vkey):
         """The verdict this installation's gate computed; None also for an imported one (``origin``), and for a
-        passed one this user's gate did not vouch for where others may write the registry (``trusts_verdicts``,
-        ``arbiter.store.trust``), so the gate runs again on first use and its verdict replaces the row
-        (``save_verdict``)."""
+        passed one this user's gate did not vouch for (``arbiter.store.trust``), so the gate runs again on first
+        use and its verdict replaces the row (``save_verdict``). Trust follows where a verdict came from, not the
+        file's mode now: a file copied from another user's, or made private with ``chmod go-w`` after others
+        could write it, holds rows this user's gate never computed (issue 40 item 1)."""
         verdict = self._stored_verdict(vkey)
-        if verdict is not None and verdict.passed and not self.trusts_verdicts \
-                and not trust.LEDGER.vouches(vkey, verdict):
+        if verdict is not None and verdict.passed and not trust.LEDGER.vouches(vkey, verdict):
             return None
         return verdict
 
@@ -294,16 +354,28 @@ class SqlStore(Database, Store):
     # --- solutions ----------------------------------------------------------
     @staticmethod
     def _record(row) -> SolutionRecord:
+        """The record of a row of ``SOLUTION_COLUMNS``; ``decode.BadRow`` when a column does not decode."""
         # unpacked, not row.name: a start-up load builds one per stored solution of the environment (10,000s)
         key, candidate, identity, params, policy, env, margin, note, created = row
-        return SolutionRecord(key, candidate, identity, dict(params or {}), policy, env, margin, note or "",
-                              _utc(created))
+        return SolutionRecord(key, candidate, identity, dict(decode.json_value(params, "params")),
+                              decode.member(ChosenBy, policy, "policy"), env, decode.number(margin, "margin"),
+                              note or "", decode.when(created, "created") or _utc(None))
+
+    SOLUTION_COLUMNS = (SolutionRow.key, SolutionRow.candidate, SolutionRow.identity, decode.raw(SolutionRow.params),
+                        SolutionRow.policy, SolutionRow.env, decode.raw(SolutionRow.margin), SolutionRow.note,
+                        decode.raw(SolutionRow.created))
 
     def _solution_rows(self, *where) -> list[SolutionRecord]:
-        cols = (SolutionRow.key, SolutionRow.candidate, SolutionRow.identity, SolutionRow.params,
-                SolutionRow.policy, SolutionRow.env, SolutionRow.margin, SolutionRow.note, SolutionRow.created)
-        rows = self.transact(lambda conn: conn.execute(select(*cols).where(*where)).all(), write=False)
-        return [self._record(r) for r in rows]
+        found = self.transact(lambda conn: conn.execute(select(*self.SOLUTION_COLUMNS).where(*where)).all(),
+                              write=False)
+        out = []
+        for r in found:
+            try:
+                out.append(self._record(r))
+            except decode.BadRow as exc:  # one bad row must not break the whole environment's load (every dispatch)
+                self.unreadable("solutions", r[0], r[5], exc, "the key is decided again by the miss policy, and "
+                                "the decision replaces the row")
+        return out
 
     def _load_env_solutions(self, env: str) -> None:
         if ("solutions", env) not in self._loaded:
@@ -351,12 +423,16 @@ class SqlStore(Database, Store):
                       created=record.created)
 
         def write(conn):
-            found = select(SolutionRow.id).where(SolutionRow.key == record.key, SolutionRow.env == record.env)
-            if conn.execute(found).first() is not None:
+            found = conn.execute(select(SolutionRow.id, *self.SOLUTION_COLUMNS).where(
+                SolutionRow.key == record.key, SolutionRow.env == record.env)).first()
+            if found is not None and self._readable(found[1:]):
                 return False
             self.put_env(conn, record.env, target, fields)
             self.put_key(conn, record.key)
             self.put_candidate(conn, record.identity, record.candidate_name, ctarget, op, tier)
+            if found is not None:  # a row no reader can decode is no winner: the decision replaces it
+                conn.execute(update(SolutionRow).where(SolutionRow.id == found[0]).values(**values))
+                return True
             conn.execute(insert(SolutionRow).values(key=record.key, env=record.env, **values))  # a racing
             return True  # insert fails on uq_solution; the retry then finds that row and stores nothing
 
@@ -367,6 +443,13 @@ class SqlStore(Database, Store):
             else:  # another process's winner: the next lookup reads it from the database
                 self._solutions.pop((record.key, record.env), None)
         return stored
+
+    def _readable(self, row) -> bool:
+        try:
+            self._record(row)
+        except decode.BadRow:
+            return False
+        return True
 
     def solutions(self, env=None):
         if env is None:
@@ -394,16 +477,37 @@ class SqlStore(Database, Store):
         self.write(write)
 
     def load_measurements(self, key, env):
-        cols = (MeasurementRow.candidate, MeasurementRow.params, MeasurementRow.mode, MeasurementRow.median_s,
-                MeasurementRow.p20_s, MeasurementRow.p80_s, MeasurementRow.spread, MeasurementRow.reps,
-                MeasurementRow.warmup_s, MeasurementRow.screened, MeasurementRow.dims)
-        rows = self.transact(lambda conn: conn.execute(
-            select(*cols).where(MeasurementRow.key == key, MeasurementRow.env == env)
+        found = self.transact(lambda conn: conn.execute(
+            select(*self.MEASUREMENT_COLUMNS).where(MeasurementRow.key == key, MeasurementRow.env == env)
             .order_by(MeasurementRow.id)).all(), write=False)
-        return [MeasurementRecord(r.candidate, json.loads(r.params), r.mode, _nan(r.median_s), _nan(r.p20_s),
-                                  _nan(r.p80_s), _nan(r.spread), r.reps, _nan(r.warmup_s), bool(r.screened),
-                                  None if r.dims is None else json.loads(r.dims))
-                for r in rows]
+        out = []
+        for r in found:
+            try:
+                out.append(self._measurement(r))
+            except decode.BadRow as exc:  # that solution's timing is missing: the others still decide and explain
+                self.unreadable("measurements", key, env, exc, "that solution counts as not timed here")
+        return out
+
+    MEASUREMENT_COLUMNS = (MeasurementRow.candidate, MeasurementRow.params, MeasurementRow.mode,
+                           decode.raw(MeasurementRow.median_s), decode.raw(MeasurementRow.p20_s),
+                           decode.raw(MeasurementRow.p80_s), decode.raw(MeasurementRow.spread),
+                           decode.raw(MeasurementRow.reps), decode.raw(MeasurementRow.warmup_s),
+                           decode.raw(MeasurementRow.screened), MeasurementRow.dims)
+
+    @staticmethod
+    def _measurement(r) -> MeasurementRecord:
+        """The record of a row of ``MEASUREMENT_COLUMNS``; ``decode.BadRow`` when a column does not decode."""
+        params = decode.json_text(r.params, "params")
+        if not isinstance(params, dict):
+            raise decode.BadRow(f"params is not a JSON object: {decode.shown(r.params)}")
+        dims = decode.json_text(r.dims, "dims")
+        if dims is not None and not isinstance(dims, dict):
+            raise decode.BadRow(f"dims is not a JSON object: {decode.shown(r.dims)}")
+        return MeasurementRecord(r.candidate, params, decode.member(TimingMode, r.mode, "mode"),
+                                 _nan(decode.number(r.median_s, "median_s")), _nan(decode.number(r.p20_s, "p20_s")),
+                                 _nan(decode.number(r.p80_s, "p80_s")), _nan(decode.number(r.spread, "spread")),
+                                 decode.whole(r.reps, "reps"), _nan(decode.number(r.warmup_s, "warmup_s")),
+                                 decode.flag(r.screened, "screened"), dims)
 
     # --- counters and recorded keys -----------------------------------------
     def add_counts(self, deltas):
@@ -442,11 +546,24 @@ class SqlStore(Database, Store):
 
         self.transact(write, write=True)
 
+    COUNTER_COLUMNS = (CounterRow.key, CounterRow.candidate, CounterRow.params, CounterRow.env,
+                       decode.raw(CounterRow.hits), decode.raw(CounterRow.misses), decode.raw(CounterRow.fallbacks),
+                       decode.raw(CounterRow.loads))
+
+    @staticmethod
+    def _count(r) -> CountDelta:
+        return CountDelta(r[0], r[1], r[2], r[3], *(decode.whole(v, name) for v, name in
+                                                    zip(r[4:], ("hits", "misses", "fallbacks", "loads"))))
+
     def counts(self):
-        rows = self.transact(lambda conn: conn.execute(select(
-            CounterRow.key, CounterRow.candidate, CounterRow.params, CounterRow.env, CounterRow.hits,
-            CounterRow.misses, CounterRow.fallbacks, CounterRow.loads)).all(), write=False)
-        return [CountDelta(*r) for r in rows]
+        found = self.transact(lambda conn: conn.execute(select(*self.COUNTER_COLUMNS)).all(), write=False)
+        out = []
+        for r in found:
+            try:
+                out.append(self._count(r))
+            except decode.BadRow as exc:
+                self.unreadable("counters", r[0], r[3], exc, "its counts are left out")
+        return out
 
     def record_key(self, key, dims, env):
         target, fields = self.env_of(env, _key_target(key))
@@ -462,33 +579,56 @@ class SqlStore(Database, Store):
 
     def recorded_keys(self):
         rows = self.transact(lambda conn: conn.execute(
-            select(RecordedKey.key, RecordedKey.dims).order_by(RecordedKey.id)).all(), write=False)
+            select(RecordedKey.key, decode.raw(RecordedKey.dims), RecordedKey.env).order_by(RecordedKey.id)).all(),
+            write=False)
         seen: dict[str, dict] = {}
-        for key, dims in rows:
-            seen.setdefault(key, dict(dims or {}))
+        for key, dims, env in rows:
+            try:
+                seen.setdefault(key, dict(decode.json_value(dims, "dims")))
+            except decode.BadRow as exc:
+                self.unreadable("recorded_keys", key, env, exc, "the recording is left out")
         return list(seen.items())
 
     # --- maintenance (stats, prune, doctor, export) ---------------------------
     def environments(self) -> list[dict]:
         """Every stored environment: fingerprint, target, fields, and how many rows of each kind use it."""
         def read(conn):
-            envs = conn.execute(select(Environment.fingerprint, Environment.target, Environment.fields)).all()
+            envs = conn.execute(select(Environment.fingerprint, Environment.target,
+                                       decode.raw(Environment.fields))).all()
             counts: dict[str, dict[str, int]] = {}
             for name, model in (("solutions", SolutionRow), ("verdicts", VerdictRow),
                                 ("measurements", MeasurementRow), ("counters", CounterRow),
                                 ("recorded", RecordedKey)):
                 for fp, n in conn.execute(select(model.env, func.count()).group_by(model.env)).all():
                     counts.setdefault(fp, {})[name] = n
-            return [{"fingerprint": fp, "target": target, "fields": dict(fields or {}),
+            return [{"fingerprint": fp, "target": target, "fields": self._env_fields(fp, fields),
                      "rows": counts.get(fp, {})} for fp, target, fields in envs]
 
         return self.transact(read, write=False)
+
+    def _env_fields(self, fingerprint: str, fields) -> dict:
+        """An environment row's fields; an unreadable one is taken as unknown ({}), as a row with only its
+        fingerprint (a later writer of that environment fills them in)."""
+        try:
+            return dict(decode.json_value(fields, "fields"))
+        except decode.BadRow as exc:
+            self.unreadable("environments", "-", fingerprint, exc, "its fields are taken as unknown")
+            return {}
 
     def contracts(self) -> dict[str, dict]:
         """Code identity -> the delegate contract stored with it (only candidates that declared one)."""
         rows = self.transact(lambda conn: conn.execute(select(CandidateRow.identity, CandidateRow.contract)
                                                    .where(CandidateRow.contract.is_not(None))).all(), write=False)
-        return {identity: json.loads(text) for identity, text in rows}
+        out = {}
+        for identity, text in rows:
+            try:
+                contract = decode.json_text(text, "contract")
+                if not isinstance(contract, dict):
+                    raise decode.BadRow(f"contract is not a JSON object: {decode.shown(text)}")
+                out[identity] = contract
+            except decode.BadRow as exc:
+                self.unreadable("candidates", identity, "-", exc, "its contract is not shown")
+        return out
 
     def candidate_tiers(self) -> dict[str, str]:
         """Code identity -> tier name, as recorded when the candidate was first stored."""
@@ -531,6 +671,76 @@ class SqlStore(Database, Store):
             self._solutions = {k: v for k, v in self._solutions.items() if k[1] not in gone}
             self._verdicts = {k: v for k, v in self._verdicts.items() if k.env not in gone}
         return removed
+
+    def unreadable_rows(self) -> list[decode.Unreadable]:
+        """Every stored row that does not decode (``arbiter doctor``): the rows the readers above take as absent
+        (``arbiter.store.rows``)."""
+        def read(conn):
+            found: list[decode.Unreadable] = []
+
+            def check(table, stmt, decoder, ident, key, env):
+                for r in conn.execute(stmt).all():
+                    try:
+                        decoder(r)
+                    except decode.BadRow as exc:
+                        found.append(decode.Unreadable(table, ident(r), key(r) or "", env(r) or "", str(exc),
+                                                       decode.shown(tuple(r), 300)))
+
+            check("solutions", select(SolutionRow.id, *self.SOLUTION_COLUMNS), lambda r: self._record(r[1:]),
+                  lambda r: r[0], lambda r: r[1], lambda r: r[6])
+            check("verdicts", select(VerdictRow.id, *self.VERDICT_COLUMNS), self._verdict,
+                  lambda r: r.id, lambda r: r.key, lambda r: r.env)
+            check("measurements", select(MeasurementRow.id, MeasurementRow.key, MeasurementRow.env,
+                                         *self.MEASUREMENT_COLUMNS), self._measurement,
+                  lambda r: r.id, lambda r: r.key, lambda r: r.env)
+            check("counters", select(CounterRow.id, *self.COUNTER_COLUMNS), lambda r: self._count(r[1:]),
+                  lambda r: r[0], lambda r: r[1], lambda r: r[4])
+            check("recorded_keys", select(RecordedKey.id, RecordedKey.key, RecordedKey.env,
+                                          decode.raw(RecordedKey.dims)),
+                  lambda r: decode.json_value(r[3], "dims"), lambda r: r[0], lambda r: r[1], lambda r: r[2])
+            check("claims", select(ClaimRow.id, ClaimRow.key, ClaimRow.env, decode.raw(ClaimRow.expires),
+                                   decode.raw(ClaimRow.attempts), decode.raw(ClaimRow.updated)),
+                  lambda r: (decode.number(r[3], "expires", nullable=False), decode.whole(r[4], "attempts"),
+                             decode.when(r[5], "updated")),
+                  lambda r: r[0], lambda r: r[1], lambda r: r[2])
+            check("environments", select(Environment.fingerprint, decode.raw(Environment.fields)),
+                  lambda r: decode.json_value(r[1], "fields"), lambda r: r[0], lambda r: "", lambda r: r[0])
+
+            def contract(r):
+                if r[1] is not None and not isinstance(decode.json_text(r[1], "contract"), dict):
+                    raise decode.BadRow(f"contract is not a JSON object: {decode.shown(r[1])}")
+
+            check("candidates", select(CandidateRow.identity, CandidateRow.contract), contract,
+                  lambda r: r[0], lambda r: "", lambda r: "")
+            return found
+
+        return self.transact(read, write=False)
+
+    def drop_unreadable(self, found: list[decode.Unreadable]) -> dict[str, int]:
+        """``doctor --repair``: delete the rows ``unreadable_rows`` found (an environment's unreadable fields are
+        emptied and a candidate's contract cleared instead: other rows refer to them). Returns rows per table."""
+        by_id: dict[str, Any] = {"solutions": SolutionRow, "verdicts": VerdictRow, "measurements": MeasurementRow,
+                 "counters": CounterRow, "recorded_keys": RecordedKey, "claims": ClaimRow}
+
+        def write(conn):
+            done: dict[str, int] = {}
+            for bad in found:
+                if bad.table in by_id:
+                    model = by_id[bad.table]
+                    n = conn.execute(delete(model).where(model.id == bad.ident)).rowcount
+                elif bad.table == "environments":
+                    n = conn.execute(update(Environment).where(Environment.fingerprint == bad.ident)
+                                     .values(fields={})).rowcount
+                else:
+                    n = conn.execute(update(CandidateRow).where(CandidateRow.identity == bad.ident)
+                                     .values(contract=None)).rowcount
+                done[bad.table] = done.get(bad.table, 0) + n
+            return done
+
+        done = self.transact(write, write=True)
+        self.forget_cached()
+        self.known = set()  # (an environment's fields emptied: its next writer fills them in again)
+        return done
 
     def table_counts(self) -> dict[str, int]:
         models = (Environment, ProblemKeyRow, CandidateRow, VerdictRow, MeasurementRow, SolutionRow, CounterRow,

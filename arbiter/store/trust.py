@@ -9,12 +9,12 @@ Two rules, for two ways another user could write what this process reads:
    shipped system registry); root opening another user's file is refused like anyone else.
 2. A stored verdict says "passed" for this process only when this user's own gate computed it: each verdict the
    gate saves is vouched for in a ledger kept in the private cache folder (``arbiter.cachedir``: only this user
-   can write it), by a digest of the verdict's key and findings. A registry whose writers are all this user or
-   root (a file that passes rule 1) is trusted as it is; in one that others may write (a server database, or a
-   file named in ``$ARBITER_TRUST_REGISTRY``) a passed verdict that is not in the ledger is treated as never
-   computed: the gate runs again here before that solution serves, and its own verdict replaces the row. So no
-   row anyone else writes (``verdicts.passed`` flipped, ``solutions`` pointed at a failed candidate) makes this
-   process serve a candidate its gate failed.
+   can write it), by a digest of the verdict's key and findings. In every registry, whatever its file's mode now,
+   a passed verdict that is not in the ledger is treated as never computed: the gate runs again here before that
+   solution serves, and its own verdict replaces the row. Trust follows where a verdict came from: a file copied
+   from one others could write, or made private with ``chmod go-w`` after they could, is this user's file with
+   rows this user's gate never computed (issue 40 item 1). So no row anyone else writes (``verdicts.passed``
+   flipped, ``solutions`` pointed at a failed candidate) makes this process serve a candidate its gate failed.
 """
 from __future__ import annotations
 
@@ -84,8 +84,8 @@ def refusal_fix(path: str) -> str:
     """What the caller can do about a refused registry file (the sentence after ``refusal``)."""
     return (f"It is refused: whoever can write it decides what this process serves. Use a registry of your own "
             f"(`cp {path} mine.db` and --db/ARBITER_DB mine.db), make it yours alone (`chmod go-w` on it and "
-            f"its folder), or set {TRUST_ENV}={path} to open it anyway (its verdicts are then gated again here "
-            f"before they serve).")
+            f"its folder), or set {TRUST_ENV}={path} to open it anyway; either way, every passed verdict in it "
+            f"that your gate did not compute is gated again here before its solution serves.")
 
 
 # --- the ledger of verdicts this user's gate computed -------------------------------------------------------

@@ -15,7 +15,8 @@ from arbiter.verify import verify
 def _layernorm(region):
     out = region.alloc_out()
     x = region.x
-    c = x - x.mean(-1, keepdims=True)
+    c = x - x[..., :1]  # shifted by the row's first element: exact on the gate's constant rows (issue 38)
+    c -= c.mean(-1, keepdims=True)
     np.multiply(c / np.sqrt((c * c).mean(-1, keepdims=True) + region.eps), region.weight, out=out)
     out += region.bias
     return out

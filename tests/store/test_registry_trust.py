@@ -120,6 +120,47 @@ def test_a_flipped_verdict_never_serves_the_candidate_the_gate_failed(shared):
 
 
 @needs_other_user
+def test_following_the_refusals_advice_does_not_make_a_tampered_registry_trusted(shared, tmp_path):
+    """Issue 40 item 1: the refusal advises a copy of one's own or ``chmod go-w``; before, following either served
+    the flipped verdict's candidate (max error 0.050, 0 verdicts computed) and doctor said ok. Trust follows where a
+    verdict came from (this user's ledger), not the file's mode now."""
+    db = shared / "registry.db"
+    first = _victim({**_env(db), "POLICY": "tune"})
+    assert first["served"] != "inexact_softmax"
+    for f in db.parent.glob("registry.db*"):
+        f.chmod(0o666)
+    _flip(db)
+    copied = tmp_path / "mine.db"  # the first fix: `cp FILE mine.db` (a file of one's own, mode 0644)
+    shutil.copy(db, copied)
+    copied.chmod(0o644)
+    for f in db.parent.glob("registry.db*"):  # the second fix: `chmod go-w` on the original
+        f.chmod(0o644)
+    for fixed in (copied, db):
+        env = _env(fixed)
+        doctor = _doctor(env)
+        out = " ".join(doctor.stdout.split())
+        assert doctor.returncode == 1 and "inexact_softmax rests on a passed verdict your gate did not compute" in \
+            out, out
+        served = _victim(env)
+        assert served["served"] != "inexact_softmax" and served["err"] < 1e-5 and served["verified"] >= 1, served
+        assert _doctor(env).returncode == 0  # the gate's own verdict replaced the flipped row
+        again = _victim(env)
+        assert again["verified"] == 0 and again["served"] == served["served"]  # trusted now: this user computed it
+
+
+def test_a_registry_exported_and_imported_again_stays_usable(tmp_path):
+    mine = tmp_path / "mine.db"
+    first = _victim({**_env(mine), "POLICY": "tune"})
+    export = tmp_path / "mine.jsonl"
+    cli = [sys.executable, "-m", "arbiter"]
+    assert subprocess.run([*cli, "--db", str(mine), "export", str(export)], env=_env(mine)).returncode == 0
+    fresh = tmp_path / "fresh.db"
+    assert subprocess.run([*cli, "--db", str(fresh), "import", str(export)], env=_env(fresh)).returncode == 0
+    again = _victim(_env(fresh))  # the imported solution serves; imported verdicts are gated here once
+    assert again["served"] == first["served"] and again["err"] < 1e-5
+
+
+@needs_other_user
 def test_a_registry_of_another_user_is_refused_even_for_root_unless_named(shared):
     mine = shared / "mine.db"
     _victim(_env(mine))  # a real registry, which the other user copies: theirs, mode 0644
