@@ -24,6 +24,9 @@ def test_two_workers_tune_every_key_once_into_one_registry(tmp_path):
 def test_a_worker_that_dies_loses_only_its_key_which_is_retried(tmp_path, monkeypatch):
     monkeypatch.setenv("ARBITER_PLUGINS", "dying_plugin")  # workers are fresh processes: load it there
     monkeypatch.setenv("ARBITER_TEST_MARKER", str(tmp_path / "died"))
+    # the worker itself must die (as one the kernel's OOM killer ends would): a plug-in's gate, isolated by
+    # default, would die in its own child instead (tests/test_plugin_isolation.py)
+    monkeypatch.setenv("ARBITER_ISOLATE_PLUGINS", "0")
     outcome = tune_parallel(PROBLEMS, "cpu", workers=2, budget_s=0.2)
     assert outcome.retried == ["rmsnorm 8x100 float32"]
     assert set(outcome.tuned) == {p.label for p in PROBLEMS} and not outcome.lost
