@@ -90,7 +90,8 @@ CASES = [
     (FlushesSubnormals, lambda: Matmul(_f32(32, 32), _f32(32, 32)), "subnormal"),
     (ZeroEndsShortcut, lambda: RMSNorm(_f32(16, 64), _f32(64)), "zero_ends"),
     (RMSNormZeroesInfRows, lambda: RMSNorm(_f32(16, 64), _f32(64)), "nonfinite"),
-    (RMSNormNaNsLargeRows, lambda: RMSNorm(_f32(16, 64), _f32(64)), "large_magnitude"),
+    # (eps_dominated's constant rows reach magnitudes of 3000 since issue 38 item 1: caught there first)
+    (RMSNormNaNsLargeRows, lambda: RMSNorm(_f32(16, 64), _f32(64)), ("large_magnitude", "eps_dominated")),
     # probe plan: a size range inside the bucket
     (WrongAboveK768, lambda: Matmul(_f32(16, 1024), _f32(1024, 16) / 32), "x771"),
     # repeats
