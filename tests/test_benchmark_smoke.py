@@ -30,6 +30,7 @@ BENCHMARKS = {
     "gpu_ops_suite.py": ([], "gpu_ops_suite.md", True),
     "gpu_suite.py": ([], "gpu_suite.md", True),
     "host_profile.py": ([], "host_profile.md", True),
+    "isolate_warm.py": ([], "isolate_warm.md", False),
     "model_block.py": ([], "model_block.md", True),
     "registry_load.py": ([], "registry_load.md", False),
     "registry_stress.py": (["--db", "sqlite"], "registry_stress.md", False),
