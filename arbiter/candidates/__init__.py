@@ -417,7 +417,7 @@ def behaviour_text(candidate) -> str:
     if cached is None or cached[0] != codes:
         cached = _sources[candidate] = (codes, candidate.source())
     source = cached[1]
-    parts = [source, f"gate={gate.gate_version()}"]
+    parts = [source, f"gate={gate.gate_version(candidate.op)}"]
     for fn in funcs:
         parts.append(_function_text(fn, seen, 0))
     attrs = {k: v for k, v in vars(candidate).items() if not k.startswith("_") or k in ("_available", "_applies")}

@@ -65,6 +65,9 @@ class OpKind:
     # A row whose oracle output holds a NaN (its input held a NaN or an Inf) may come back NaN in every element:
     # the row is non-finite either way, and vendors' fused norms (torch's CUDA rms_norm) fill it (budgets.md).
     nan_fills_row: bool = False
+    # This op's own gate rules version (``arbiter.gate``): bump it when what the gate decides for this op alone
+    # changes (its oracle, budgets, families, large-shape check); only this op's verdicts are then taken again.
+    gate_version: int = 1
 
     def rows_of(self, region) -> int:
         """The number of output rows ``sub_rows`` splits ``region`` into."""

@@ -143,3 +143,31 @@ def test_an_unregistered_op_kind_leaves_the_catalogue_as_published(rowsum_op):
     unregister_op("rowsum")
     assert "nan_rows" not in probes.markdown()
     register_op_kind(ROWSUM)  # the fixture unregisters it again
+
+
+def test_adding_an_op_kind_leaves_every_other_ops_verdicts_valid():
+    """Issue 41 item 2: a verdict's identity carries the core's rules and its own op's, so registering a kind
+    changes no other candidate's identity (no stored verdict of another op is taken again); and the golden
+    verdicts pin the new kind from its suite without a line of ``tests/gate_golden.py`` naming it."""
+    import json
+
+    import gate_golden
+
+    from arbiter import gate
+    from arbiter.candidates import REGISTRY
+
+    before = {(c.op, c.name): c.identity() for c in REGISTRY.all() if c.target == "cpu"}
+    register_op_kind(ROWSUM)
+    try:
+        arbiter.candidate(op="rowsum", tier=Tier.EMITTED, name="numpy_rowsum")(numpy_rowsum)
+        after = {(c.op, c.name): c.identity() for c in REGISTRY.all() if c.target == "cpu" and c.op != "rowsum"}
+        assert after == before
+        assert gate.gate_version("rowsum").startswith(gate.gate_version() + "/rowsum-1+")  # its oracle digested
+        now = gate_golden.current()
+        assert now["verdicts"]["numpy_rowsum@rowsum@suite"]["passed"] and "rowsum" in now["oracles"]
+        problems = gate_golden.check(json.loads(gate_golden.GOLDEN.read_text()), now)
+        assert problems == [f"op kind 'rowsum' is not in tests/gate_golden.json (a new kind is pinned from its "
+                            f"suite): regenerate it with `{gate_golden.REGENERATE}`"]
+    finally:
+        arbiter.unregister("numpy_rowsum", "cpu", "rowsum")
+        unregister_op("rowsum")
