@@ -43,7 +43,8 @@ def main(argv=None) -> int:
             if cand is None:  # torch not installed: its candidate is not registered
                 continue
             here, there = [], []
-            for _ in range(1 if args.quick else 3):  # alternated, each side after the other's BLAS threads stopped spinning (~0.1 s)
+            # alternated, each side after the other's BLAS threads stopped spinning (~0.1 s)
+            for _ in range(1 if args.quick else 3):
                 here.append(measure(cand, {}, region, time_cap_s=0.5).median_s)
                 time.sleep(0.3)
                 there.append(child.measure(cand, {}, region, time_cap_s=0.5).median_s)

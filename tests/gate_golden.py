@@ -17,6 +17,7 @@ to bump: the op's own ``gate_version`` (only its verdicts are taken again) or, w
 """
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -65,8 +66,9 @@ def _suite_regions():
     """``{"<op>@suite": region factory}`` for every registered op kind with a quick-suite problem."""
     from arbiter.ops import OPS
 
-    return {f"{op}@suite": (lambda problem=_smallest(kind): problem.region("cpu", seed=SEED % 1000))
-            for op, kind in sorted(OPS.items()) if kind.suite}
+    problems = {op: _smallest(kind) for op, kind in sorted(OPS.items()) if kind.suite}
+    return {f"{op}@suite": functools.partial(problem.region, "cpu", seed=SEED % 1000)
+            for op, problem in problems.items()}
 
 
 def _oracle_digest(op: str) -> str:

@@ -49,7 +49,8 @@ def test_an_ops_own_bump_regates_that_op_only(monkeypatch):
     """Issue 41 item 2: a change to one op's rules takes new verdicts of that op, and every other op's stay."""
     soft, mm = REGISTRY.get("numpy_softmax", "cpu", "softmax"), REGISTRY.get("numpy_matmul", "cpu", "matmul")
     before = soft.identity(), mm.identity()
-    monkeypatch.setitem(OPS, "softmax", dataclasses.replace(OPS["softmax"], gate_version=OPS["softmax"].gate_version + 1))
+    bumped = dataclasses.replace(OPS["softmax"], gate_version=OPS["softmax"].gate_version + 1)
+    monkeypatch.setitem(OPS, "softmax", bumped)
     assert soft.identity() != before[0] and mm.identity() == before[1]
 
 

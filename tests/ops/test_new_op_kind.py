@@ -152,7 +152,6 @@ def test_adding_an_op_kind_leaves_every_other_ops_verdicts_valid():
     import json
 
     import gate_golden
-
     from arbiter import gate
     from arbiter.candidates import REGISTRY
 
