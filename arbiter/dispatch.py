@@ -30,6 +30,7 @@ Two switches, read on each miss (never on the hot path):
 """
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 import os
@@ -46,6 +47,11 @@ from arbiter.ops import op_kind
 from arbiter.region_memo import builder_for, operand_signature
 from arbiter.solution import ChosenBy, Solution, TimingMode
 from arbiter.store import CountDelta, MemoryStore, default_store, flusher
+
+
+def _through_torch(candidate, region, params):
+    """A non-native candidate's run on a torch caller's region (``Route.run_torch``)."""
+    return run_for_torch(candidate, params, region)
 
 
 class Route:
@@ -68,8 +74,7 @@ class Route:
         # A torch caller's call (region.torch_in set): a torch-native candidate runs as it is, any other
         # through run_for_torch (CuPy views, torch's stream). Chosen here, once, not on every call.
         self.native = bool(getattr(candidate, "torch_native", False))
-        self.run_torch = candidate.run if self.native else \
-            lambda region, params: run_for_torch(candidate, params, region)
+        self.run_torch = candidate.run if self.native else functools.partial(_through_torch, candidate)
         self.hits = self.misses = self.fallbacks = self.loads = 0
         self.flushed = (0, 0, 0, 0)
 
