@@ -89,7 +89,8 @@ def test_the_tune_bar_says_which_phase_a_key_is_in(tmp_path):
     text = _on_a_terminal(["--db", tmp_path / "r.db", "tune", "--op", "softmax", "--shape", "64x1000"],
                           tmp_path).decode(errors="replace")
     # before: one count of every solution, advanced only by timed ones, standing at "8/15" while the rounds ran
-    assert "gating" in text and "timing" in text, text[-2000:]
+    # the bar redraws a few times a second: a short timing phase may pass between two frames, "deciding" not
+    assert "gating" in text and ("timing" in text or "deciding" in text), text[-2000:]
 
 
 def test_verbose_decisions_print_once_beside_the_programs_logging(tmp_path):
