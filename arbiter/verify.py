@@ -15,7 +15,11 @@
   (the sentinels 1.0, 0.0, the op's default, negatives in turn);
 * the bucket's corners with each dimension low or high independently, then sizes inside the bucket
   (``interior_shapes``);
-* ``REPEATS`` runs of one probe on the same inputs, compared bitwise (``_repeats``),
+* ``REPEATS`` runs of one probe on the same inputs, compared bitwise (``_repeats``);
+* the program's state and context (``_context``): the same arrays updated in place, two calls without
+  ``out=`` with the first result kept (the second on read-only inputs), a worker thread, two concurrent
+  threads, BLAS and torch on one thread; and around every run the thread's floating-point environment
+  (``arbiter.fpenv``: flush-to-zero, denormals-are-zero, rounding) unchanged,
 
 every operand in the caller's layout (``arbiter.layouts``: the key's ``layouts`` attribute), a legal
 in-place key probed in place, alternate probes one element off a 16-byte boundary, the output inside a
@@ -59,13 +63,16 @@ import contextlib
 import itertools
 import math
 import os
+import sys
+import threading
 import time
+import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from arbiter import layouts, oracles, probes, targets
+from arbiter import fpenv, layouts, oracles, probes, targets
 from arbiter.candidates import Candidate, Fallback
 from arbiter.keys import POW2
 from arbiter.memo import Memo
@@ -873,11 +880,15 @@ def _run_once(candidate, params, fresh, target, label: str, shift: bool, aliased
         layouts.set_operands(fresh, {name: out for name in aliased})
     if pristine is None:
         pristine = pristine_copy(fresh)
+    env = fpenv.capture()
     try:
         result = candidate.run(fresh.with_out(out), params)
         target.synchronize()
     except Exception as exc:  # any failure of the candidate is its verdict, never ours
-        return _Run(f"at {label}: raised {type(exc).__name__}: {exc}")
+        return _Run(f"at {label}: raised {type(exc).__name__}: {exc}{_env_note(env)}")
+    reason = _env_reason(env, label)
+    if reason:
+        return _Run(reason)
     if isinstance(result, Fallback):
         return _Run(f"at {label}: declined ({result.reason}); a decliner may not win")
     if result is not out:
@@ -891,6 +902,20 @@ def _run_once(candidate, params, fresh, target, label: str, shift: bool, aliased
             return _Run(f"at {label}: {reason}")
     y = out if _native(out) else np.asarray(target.to_host(out))
     return _Run("", y, pristine)
+
+
+def _env_reason(env, label: str) -> str:
+    """A failure when the run left the calling thread's floating-point environment changed (put back first, so
+    the oracle computed next is not judged under it)."""
+    what = fpenv.changed(env)
+    return (f"at {label}: left the calling thread's floating-point environment changed ({what}); a kernel that "
+            "changes it must restore it (every later computation on the thread, the caller's and the oracle's, "
+            "would run under it)") if what else ""
+
+
+def _env_note(env) -> str:
+    what = fpenv.changed(env)
+    return f" (and left the thread's floating-point environment changed: {what})" if what else ""
 
 
 def repeat_dims(region) -> dict:
@@ -992,6 +1017,8 @@ def verify(candidate: Candidate, params: dict, region) -> Verdict:
         if reason:
             return verdict(f"at {label}: {reason} [gate seed {seed}]")
     reason = _repeats(candidate, params, region, target, draw, labelled, judge, probed, aliased, opaque)
+    if not reason and not aliased and not opaque:
+        reason = _context(candidate, params, region, target, draw, labelled, judge, probed)
     if reason:
         return verdict(f"{reason} [gate seed {seed}]")
     return verdict()
@@ -1040,6 +1067,213 @@ def _repeats(candidate, params, region, target, draw, labelled, judge, probed, a
             if reason:
                 return f"at {label}: run {i + 1} against run 1: {reason}"
     return ""
+
+
+# --- the program's state and context (issue 38 item 3) ----------------------------------------------------
+# A kernel is called by a program, not by the gate alone: the same arrays come back with new values (a weight
+# updated in place), results are kept while the next call runs, calls come from worker threads and at once, and
+# the thread pools are as the program left them. Each check below runs at the repeat shape (``repeat_dims``:
+# the real shape, or shrunk to a tenth of its work for REPEATS runs), one or two runs each, about CONTEXT_RUNS
+# runs in all, each judged against the float64 oracle. The floating-point environment is checked around every
+# run of the gate (``_run_once``). The CPU target alone runs the thread checks (a GPU's streams are per thread
+# and are not verified here yet).
+CONTEXT_RUNS = 8
+THREAD_TIMEOUT_S = 120.0  # a call on a worker thread that has not returned by then fails (deadlock)
+
+
+def _overwrite_tail(region, other) -> None:
+    """New values in the second half (along the first axis) of every operand of ``region``, in place, from the
+    same operand of ``other`` (drawn alike): the same arrays, a prefix of their values unchanged."""
+    theirs = other.operands()
+    for name, arr in region.operands().items():
+        if getattr(arr, "ndim", 0) == 0 or 0 in getattr(arr, "strides", (1,)):  # a scalar or a broadcast view
+            continue
+        half = arr.shape[0] // 2
+        arr[half:] = theirs[name][half:]
+
+
+@contextlib.contextmanager
+def _read_only(region, candidate):
+    """``region``'s NumPy operands read-only for one call (a kernel that writes an input, even to restore it,
+    raises), except for a numba candidate's (a read-only array is another type to numba: a compile per kernel)."""
+    arrays = [a for a in region.operands().values() if isinstance(a, np.ndarray) and a.flags.writeable]
+    if any(hasattr(f, "py_func") for f in candidate.functions()):
+        arrays = []
+    for a in arrays:
+        a.flags.writeable = False
+    try:
+        with warnings.catch_warnings():  # torch.from_numpy warns on read-only arrays; the call is the gate's
+            warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+            yield
+    finally:
+        for a in arrays:
+            a.flags.writeable = True
+
+
+def _plain_call(candidate, params, fresh, target, label: str) -> tuple[str, Any]:
+    """One run without ``out=``, as a program calls: (failure reason or "", the array it returned)."""
+    env = fpenv.capture()
+    try:
+        result = candidate.run(fresh, params)
+        target.synchronize()
+    except Exception as exc:
+        readonly = " (its inputs were read-only for this call: a kernel may not write them, even to restore " \
+            "them)" if "read-only" in str(exc) else ""
+        return f"at {label}: raised {type(exc).__name__}: {exc}{readonly}{_env_note(env)}", None
+    reason = _env_reason(env, label)
+    if reason:
+        return reason, None
+    if isinstance(result, Fallback):
+        return f"at {label}: declined ({result.reason}); a decliner may not win", None
+    if tuple(getattr(result, "shape", ())) != tuple(fresh.output_shape()):
+        return (f"at {label}: returned shape {tuple(getattr(result, 'shape', ()))}, the output is "
+                f"{tuple(fresh.output_shape())}"), None
+    for name, arr in fresh.operands().items():
+        if _overlap(result, arr):
+            return f"at {label}: returned memory of its input {name!r} as the output", None
+    return "", result
+
+
+def _overlap(a, b) -> bool:
+    """Whether two NumPy or CuPy arrays may share memory (their bounds overlap: no exact solve)."""
+    if not (_native(a) and _native(b)) or array_module(a) is not array_module(b):
+        return False
+    may = getattr(array_module(a), "may_share_memory", None)
+    return bool(may(a, b)) if may is not None else False
+
+
+def _in_threads(calls) -> list:
+    """Each of ``calls`` on its own worker thread, started together; their results in order (a call that
+    raised or did not return within THREAD_TIMEOUT_S gives its reason as a string)."""
+    barrier = threading.Barrier(len(calls))
+    results: list = [None] * len(calls)
+
+    def work(i, call):
+        try:
+            barrier.wait(timeout=THREAD_TIMEOUT_S)
+            results[i] = call()
+        except Exception as exc:  # the gate's own trouble on the thread (the calls catch the candidate's)
+            results[i] = f"raised {type(exc).__name__}: {exc} on a worker thread"
+
+    threads = [threading.Thread(target=work, args=(i, c), daemon=True, name=f"arbiter-gate-{i}")
+               for i, c in enumerate(calls)]
+    for t in threads:
+        t.start()
+    for i, t in enumerate(threads):
+        t.join(THREAD_TIMEOUT_S)
+        if t.is_alive():
+            results[i] = f"did not return within {THREAD_TIMEOUT_S:.0f} s on a worker thread (a deadlock?)"
+    return results
+
+
+@contextlib.contextmanager
+def _one_thread_everywhere():
+    """BLAS on one thread and, where the program has torch loaded, torch's intra-op pool on one thread: how a
+    program that limits its threads calls (both put back after)."""
+    torch = sys.modules.get("torch")
+    before = torch.get_num_threads() if torch is not None else 1
+    with _one_blas_thread():
+        if before > 1:
+            torch.set_num_threads(1)
+        try:
+            yield
+        finally:
+            if before > 1:
+                torch.set_num_threads(before)
+
+
+def _context(candidate, params, region, target, draw, labelled, judge, probed) -> str:
+    """The program's state and context at the repeat shape (the section comment above); a failure reason or "".
+
+    1. the same input arrays called again with new values in their second half (updated in place, as a weight
+       after an optimizer step): a result cached by identity, or by a prefix of the values, is stale;
+    2. two calls without ``out=``, the first result kept and checked after the second (a pooled output returned
+       twice), the second on read-only inputs (an input written and restored);
+    3. a call on a worker thread, then two concurrent calls on different data (a shared scratch buffer);
+    4. a call with BLAS and torch limited to one thread (a path taken only there)."""
+    dims = repeat_dims(region)
+    probe = Probe(dims, probes.BENIGN, False)
+    first, shift, _ = draw(probe, 0)
+    if candidate.applies_to(first) is not True:
+        dims = skew_shape(region)
+        probe = Probe(dims, probes.BENIGN, False)
+        first, shift, _ = draw(probe, 0)
+        if candidate.applies_to(first) is not True:
+            return ""
+    base = labelled(probe, first)
+
+    def judged(run, label, why) -> str:
+        if isinstance(run, str):
+            return f"at {label}: {run}"
+        if run.reason:
+            return run.reason
+        reason = judge(run, probe, dims)
+        return f"at {label}: {reason} ({why})" if reason else ""
+
+    def once(fresh, label):
+        return _run_once(candidate, params, fresh, target, label, False, [], True)
+
+    # 1. in place
+    label = f"{base} updated in place"
+    probed.append(label)
+    reason = judged(_run_once(candidate, params, first, target, label, shift, [], True), label, "first call")
+    if reason:
+        return reason
+    _overwrite_tail(first, draw(probe, 1)[0])
+    reason = judged(_run_once(candidate, params, first, target, label, shift, [], True), label,
+                    "the same input arrays with new values in their second half: a result kept by the arrays' "
+                    "identity or a prefix of their values is stale")
+    if reason:
+        return reason
+    # 2. without out=, the first result kept
+    label = f"{base} x2 without out="
+    probed.append(label)
+    kept, later = draw(probe, 2)[0], draw(probe, 3)[0]
+    kept_pristine, later_pristine = pristine_copy(kept), pristine_copy(later)
+    reason, y_kept = _plain_call(candidate, params, kept, target, label)
+    if reason:
+        return reason
+    with _read_only(later, candidate):
+        reason, y_later = _plain_call(candidate, params, later, target, label)
+    if reason:
+        return reason
+    if _overlap(y_kept, y_later):
+        return (f"at {label}: returned the same memory for two calls (a pooled output): the result a caller "
+                "kept from the first call changed under it")
+    for fresh, pristine, y, why in ((kept, kept_pristine, y_kept, "the first call's result, read after the "
+                                     "second call: an output the kernel reuses changes under the caller"),
+                                    (later, later_pristine, y_later, "the second call, on read-only inputs")):
+        changed = changed_inputs(fresh, pristine)
+        if changed:
+            return f"at {label}: wrote to its input {changed}; inputs must stay unchanged"
+        host = y if _native(y) else np.asarray(target.to_host(y))
+        reason = judged(_Run("", host, pristine), label, why)
+        if reason:
+            return reason
+    if region.target != "cpu":
+        return ""
+    # 3. threads
+    label = f"{base} on a worker thread"
+    probed.append(label)
+    worker = draw(probe, 4)[0]
+    [run] = _in_threads([lambda: once(worker, label)])
+    reason = judged(run, label, "called from a thread other than the main one")
+    if reason:
+        return reason
+    label = f"{base} x2 concurrent threads"
+    probed.append(label)
+    pair = [draw(probe, 5)[0], draw(probe, 6)[0]]
+    for run in _in_threads([lambda: once(pair[0], label), lambda: once(pair[1], label)]):
+        reason = judged(run, label, "two calls at once on different data: state shared between callers")
+        if reason:
+            return reason
+    # 4. one thread
+    label = f"{base} at 1 thread"
+    probed.append(label)
+    lone = draw(probe, 7)[0]
+    with _one_thread_everywhere():
+        run = once(lone, label)
+    return judged(run, label, "BLAS and torch limited to one thread, as a program limiting its threads calls")
 
 
 # --- the verdict cache ------------------------------------------------------------------
