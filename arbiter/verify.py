@@ -1170,7 +1170,7 @@ def _in_threads(calls) -> list:
 def _one_thread_everywhere():
     """BLAS on one thread and, where the program has torch loaded, torch's intra-op pool on one thread: how a
     program that limits its threads calls (both put back after)."""
-    torch = sys.modules.get("torch")
+    torch: Any = sys.modules.get("torch")
     before = torch.get_num_threads() if torch is not None else 1
     with _one_blas_thread():
         if before > 1:
