@@ -89,18 +89,55 @@ def _blas_pools() -> list:
     return _blas
 
 
+_limit_lock = threading.Lock()
+_limits: dict[str, list] = {}  # pool name -> [holders, its size before the first of them]
+
+
+@contextlib.contextmanager
+def _limited(name: str, get, put, n: int):
+    """``put(n)`` for the block; the pool's own size back when the last concurrent holder leaves. Pool sizes are
+    the process's: two threads limiting at once (a program's, or the gate's concurrent calls) must not leave
+    the first one's limit behind, as saving and restoring per holder did (the second saved the first's 1)."""
+    with _limit_lock:
+        entry = _limits.setdefault(name, [0, None])
+        if entry[0] == 0:
+            entry[1] = get()
+        entry[0] += 1
+        put(n)
+    try:
+        yield
+    finally:
+        with _limit_lock:
+            entry[0] -= 1
+            if entry[0] == 0:
+                put(entry[1])
+
+
 @contextlib.contextmanager
 def blas_threads(n: int | None):
     """Run the block with the BLAS pool limited to ``n`` threads (None: as it is), then put it back."""
     pools = _blas_pools() if n else []
-    before = [p.get_num_threads() for p in pools]
-    for pool in pools:
-        pool.set_num_threads(n)
-    try:
+    if not pools:
         yield
-    finally:
-        for pool, was in zip(pools, before):
-            pool.set_num_threads(was)
+        return
+
+    def put(sizes):
+        for pool, size in zip(pools, sizes if isinstance(sizes, list) else [sizes] * len(pools)):
+            pool.set_num_threads(size)
+
+    with _limited("blas", lambda: [p.get_num_threads() for p in pools], put, n or 1):
+        yield
+
+
+@contextlib.contextmanager
+def torch_threads(n: int | None):
+    """Run the block with torch's intra-op pool at ``n`` threads (None, or torch not loaded: as it is)."""
+    torch = sys.modules.get("torch")
+    if not n or torch is None:
+        yield
+        return
+    with _limited("torch", torch.get_num_threads, torch.set_num_threads, n):
+        yield
 
 
 def busy(target: str) -> str | None:

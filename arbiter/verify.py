@@ -63,7 +63,6 @@ import contextlib
 import itertools
 import math
 import os
-import sys
 import threading
 import time
 import warnings
@@ -72,7 +71,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from arbiter import fpenv, layouts, oracles, probes, targets
+from arbiter import cpu_threads, fpenv, layouts, oracles, probes, targets
 from arbiter.candidates import Candidate, Fallback
 from arbiter.keys import POW2
 from arbiter.memo import Memo
@@ -759,21 +758,11 @@ def _rows_sampled(region, rows_oracle, y, budget, rng) -> tuple[str, float, floa
     return tally.finish(budget)
 
 
-_blas_controller = None
-
-
 def _one_blas_thread():
     """The check's products are skinny (n x 4, 40 x k): one BLAS thread runs them in microseconds, where a
-    thread pool's wake-up costs milliseconds each (15 ms per call measured on a loaded two-core machine)."""
-    global _blas_controller
-    try:
-        if _blas_controller is None:
-            from threadpoolctl import ThreadpoolController
-
-            _blas_controller = ThreadpoolController()
-        return _blas_controller.limit(limits=1, user_api="blas")
-    except Exception:  # threadpoolctl missing or no BLAS found: run as is
-        return contextlib.nullcontext()
+    thread pool's wake-up costs milliseconds each (15 ms per call measured on a loaded two-core machine).
+    Through ``cpu_threads.blas_threads``: concurrent gates leave the pool as they found it."""
+    return cpu_threads.blas_threads(1)
 
 
 def _freivalds_covers(region) -> bool:
@@ -1017,7 +1006,7 @@ def verify(candidate: Candidate, params: dict, region) -> Verdict:
         if reason:
             return verdict(f"at {label}: {reason} [gate seed {seed}]")
     reason = _repeats(candidate, params, region, target, draw, labelled, judge, probed, aliased, opaque)
-    if not reason and not aliased and not opaque and region.target == "cpu":  # a device's: not verified there yet
+    if not reason and not aliased and not opaque and target.host_cores:  # a device's: not verified there yet
         reason = _context(candidate, params, region, target, draw, labelled, judge, probed)
     if reason:
         return verdict(f"{reason} [gate seed {seed}]")
@@ -1088,8 +1077,9 @@ def _overwrite_tail(region, other) -> None:
     for name, arr in region.operands().items():
         if getattr(arr, "ndim", 0) == 0 or 0 in getattr(arr, "strides", (1,)):  # a scalar or a broadcast view
             continue
-        half = arr.shape[0] // 2
-        arr[half:] = theirs[name][half:]
+        if tuple(theirs[name].shape) == tuple(arr.shape):
+            half = arr.shape[0] // 2
+            arr[half:] = theirs[name][half:]
 
 
 @contextlib.contextmanager
@@ -1170,16 +1160,8 @@ def _in_threads(calls) -> list:
 def _one_thread_everywhere():
     """BLAS on one thread and, where the program has torch loaded, torch's intra-op pool on one thread: how a
     program that limits its threads calls (both put back after)."""
-    torch: Any = sys.modules.get("torch")
-    before = torch.get_num_threads() if torch is not None else 1
-    with _one_blas_thread():
-        if before > 1:
-            torch.set_num_threads(1)
-        try:
-            yield
-        finally:
-            if before > 1:
-                torch.set_num_threads(before)
+    with cpu_threads.blas_threads(1), cpu_threads.torch_threads(1):
+        yield
 
 
 def _context(candidate, params, region, target, draw, labelled, judge, probed) -> str:
@@ -1200,6 +1182,8 @@ def _context(candidate, params, region, target, draw, labelled, judge, probed) -
         first, shift, _ = draw(probe, 0)
         if candidate.applies_to(first) is not True:
             return ""
+    if not all(int(a.size) for a in first.operands().values()):  # an empty operand: no values to keep or change
+        return ""
     base = labelled(probe, first)
 
     def judged(run, label, why) -> str:

@@ -295,3 +295,28 @@ def test_the_environment_is_read_by_what_it_does():
     lib.fesetround(0x400 if platform.machine() == "x86_64" else 0x800000)  # FE_DOWNWARD
     assert fpenv.state().rounding == "downward"
     assert fpenv.changed(before) == "rounding downward" and fpenv.state().rounding == "nearest"
+
+
+def test_two_threads_limiting_a_pool_at_once_leave_it_as_they_found_it():
+    """The gate's concurrent calls found it: a per-holder save and restore let the second holder save the first's
+    limit and put it back last, so BLAS stayed at one thread for the rest of the process (and its environment
+    key changed). The last holder to leave now restores the pool's own size."""
+    from arbiter import cpu_threads
+
+    torch = pytest.importorskip("torch")
+    before = torch.get_num_threads()
+    inside, leave = threading.Barrier(2), threading.Event()
+
+    def hold(n):
+        with cpu_threads.torch_threads(n):
+            inside.wait(timeout=10)
+            leave.wait(timeout=10)
+
+    first = threading.Thread(target=hold, args=(1,))
+    first.start()
+    second = threading.Thread(target=hold, args=(1,))
+    second.start()
+    leave.set()
+    first.join(10)
+    second.join(10)
+    assert torch.get_num_threads() == before

@@ -58,11 +58,11 @@ class CrashesWhenTimed(Good):
 
 
 def test_crashing_hanging_and_hogging_candidates_fail_alone(only_candidates):
-    from arbiter.verify import REPEATS, probe_plan
+    from arbiter.verify import CONTEXT_RUNS, REPEATS, probe_plan
 
     region = Matmul.random("cpu", "float32", {"m": 16, "n": 16, "k": 16})
     only_candidates("cpu", "matmul", Good(), Segfaults(), Hangs(), Hog(),
-                    CrashesWhenTimed(len(probe_plan(region)) + REPEATS))
+                    CrashesWhenTimed(len(probe_plan(region)) + REPEATS + CONTEXT_RUNS))
     decision = tune_region(region, dispatch.store(), runner=Isolated(timeout_s=5, memory_bytes=4 << 30),
                            budget_s=0.5)
     reasons = {r.candidate.name: (r.status, r.reason) for r in decision.rows}

@@ -21,7 +21,7 @@ def _fresh_plugin():
     sys.path.insert(0, str(Path(__file__).parent))
     import raising_plugin
 
-    raising_plugin.RaisesWhenTimed.calls = 0
+    raising_plugin.RaisesWhenTimed.calls = raising_plugin.RaisesWhenTimed.plain = 0
     return raising_plugin.RaisesWhenTimed()
 
 

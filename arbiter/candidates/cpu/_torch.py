@@ -13,6 +13,7 @@ the faster: a parallel region waits for every one of its threads, and a loaded b
 """
 from __future__ import annotations
 
+from arbiter import cpu_threads
 from arbiter.candidates import Tier
 
 INSTALL_HINT = "needs PyTorch: pip install 'kernel-arbiter[torch]'"
@@ -69,14 +70,8 @@ class TorchOnCpu:
         threads = params.get("torch_threads")
         if not threads:
             return super().run(region, params)  # type: ignore[misc]  # the nvidia candidate's
-        import torch
-
-        was = torch.get_num_threads()
-        torch.set_num_threads(threads)
-        try:
+        with cpu_threads.torch_threads(threads):  # restored by the last of concurrent callers (cpu_threads)
             return super().run(region, params)  # type: ignore[misc]
-        finally:
-            torch.set_num_threads(was)
 
     def applies_to(self, region):
         if "residual" in dict(region.attrs).get("inplace", "").split("+"):
