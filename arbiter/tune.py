@@ -33,12 +33,9 @@ from arbiter.timing import Measurement, Paired, interleaved_rounds, measure, rou
 SEPARATION = 2.0  # a margin must exceed twice the relative spread to count
 # A winner more than RETIME_RATIO x faster than its rival is more often a stalled rival (threads of
 # another library still spinning, a neighbour's burst on a shared core) than a win: both are timed
-# again, each after SETTLE_S of sleep (longer than OpenBLAS's idle spin), unscreened, before it counts.
+# again, unscreened, before it counts. No sleep comes before a timed call (issue 39 item 2): a program calls its
+# kernels back to back, and a BLAS pool woken after a sleep on a busy box took 14 ms for a 150 us call.
 RETIME_RATIO = 10.0
-SETTLE_S = 0.25
-# On the CPU: after a solution whose BLAS pool has several threads (``spins_after``), the next is timed only
-# once OpenBLAS's idle threads stopped spinning (about 0.1 s after its last call).
-BLAS_SETTLE_S = 0.12
 # The CPU's decision between the fastest and its rival, on paired alternating rounds: separated when the sign test
 # says the same side won too many rounds for chance (one-sided p under PAIRED_ALPHA) and the median paired margin
 # is over PAIRED_MIN_MARGIN (smaller margins are not worth leaving the tier default for).
@@ -47,11 +44,13 @@ PAIRED_MIN_MARGIN = 0.05
 # How many of the fastest solutions (by their first timing, the tier default always among them) take part in the
 # interleaved rounds: a first timing on shared cores may rank a stalled solution low, so more than two compete.
 PAIRED_CONTESTANTS = 4
-
-
-def _settle(seconds: float = SETTLE_S) -> None:
-    """Sleep so that threads another solution left spinning go idle before the next is timed."""
-    time.sleep(seconds)
+# The tail (issue 39 item 2). A program pays every call, its stalls included: a solution whose rounds are bimodal
+# (a pool woken late, a thread descheduled) is judged by its mean over the rounds as well as its median. A win
+# on the median must also be a win on the mean; and a default whose tail makes its mean over TAIL_RATIO x its
+# median loses to a steadier solution whose mean is lower by the margin in all but TAIL_ALPHA of resamplings.
+TAIL_RATIO = 1.25
+TAIL_ALPHA = 0.01
+TAIL_RESAMPLES = 2000
 
 
 def _record(row, m, dims) -> MeasurementRecord:
@@ -179,12 +178,9 @@ def _measure(runner, row, region, **kwargs):
 
 def _time_rows(order, region, store, env, runner, mode, cap, modes, progress) -> list[MeasurementRecord]:
     """Time each row (screening against the best so far); rows that crash are failed persistently."""
-    records, best, previous = [], None, None
+    records, best = [], None
     target = targets.get(region.target)
     for row in order:
-        if target.host_cores and previous is not None and _spins_after(previous):
-            _settle(BLAS_SETTLE_S)
-        previous = row
         m = _measure(runner, row, region, mode=mode, time_cap_s=cap, best_so_far=best)
         if not isinstance(m, Measurement):
             _crashed_while_timing(row, region, store, env, getattr(m, "reason", str(m)))
@@ -211,15 +207,6 @@ def _time_rows(order, region, store, env, runner, mode, cap, modes, progress) ->
         if progress is not None:
             progress(row, m)
     return records
-
-
-def _spins_after(row) -> bool:
-    """Whether ``row``'s solution leaves threads spinning after its calls (its candidate says, ``spins_after``)."""
-    spins = getattr(row.candidate, "spins_after", None)
-    try:
-        return bool(spins(row.params)) if spins is not None else False
-    except Exception:  # the candidate's fault: no settle step, nothing else
-        return False
 
 
 def _paired_enough(p: Paired) -> bool:
@@ -254,6 +241,8 @@ def _decide_paired(fastest, rival, passed, default, *, region, runner, cap, reco
 
     def enough(samples):
         a, b = _leaders(samples, d)
+        if any(float(np.mean(samples[i])) > TAIL_RATIO * float(np.median(samples[i])) for i in (a, b)):
+            return False  # a bimodal side: its tail needs every round the cap allows
         return _paired_enough(Paired(tuple(samples[a]), tuple(samples[b])))
 
     try:
@@ -270,7 +259,12 @@ def _decide_paired(fastest, rival, passed, default, *, region, runner, cap, reco
     a, b = _leaders(samples, d)
     p = Paired(tuple(samples[a]), tuple(samples[b]))
     ok = p.p_value < PAIRED_ALPHA and p.ratio - 1.0 > PAIRED_MIN_MARGIN
-    tied = ""
+    tied = tail = ""
+    means = [float(np.mean(s)) for s in samples]
+    if ok and a != d and means[a] >= means[d]:  # a win on the median lost in the tail is no win
+        ok = False
+        tail = (f"{rows[a].label} faster on the median but not on the mean ({means[a] * 1e6:.1f} against "
+                f"{means[d] * 1e6:.1f} us: its tail)")
     if ok and a != d:
         # Two solutions both beat the default but not each other: the earlier in tier order wins, every run (the
         # rounds' own leader between them is noise, and a registry that flips between them on re-tuning is worse).
@@ -279,16 +273,42 @@ def _decide_paired(fastest, rival, passed, default, *, region, runner, cap, reco
                 continue
             vs_c, vs_d = Paired(tuple(samples[a]), tuple(samples[c])), Paired(tuple(samples[c]), tuple(samples[d]))
             if not (vs_c.p_value < PAIRED_ALPHA and vs_c.ratio - 1.0 > PAIRED_MIN_MARGIN) and (
-                    vs_d.p_value < PAIRED_ALPHA and vs_d.ratio - 1.0 > PAIRED_MIN_MARGIN):
+                    vs_d.p_value < PAIRED_ALPHA and vs_d.ratio - 1.0 > PAIRED_MIN_MARGIN) and means[c] < means[d]:
                 tied = f"{rows[c].label} tied with {rows[a].label} and earlier in tier order"
                 a, p = c, vs_d
                 break
+    margin = p.ratio - 1.0
+    if not ok or a == d:
+        steady = _tail_win(samples, d)
+        if steady is not None:
+            a, b, ok = steady, d, True
+            margin = means[d] / means[a] - 1.0
+            tail = (f"{rows[d].label} is bimodal (mean {means[d] * 1e6:.1f} us, median "
+                    f"{float(np.median(samples[d])) * 1e6:.1f} us): {rows[a].label} is {1 + margin:.2f}x faster on "
+                    "the mean, what a program pays")
     fastest, rival = rows[a], rows[b]
     _rank(passed, default)
-    margin = p.ratio - 1.0
     rounds = (f"{len(rows)} solutions in {len(p.a_s)} interleaved rounds: {fastest.label} faster than "
               f"{rival.label} in {p.wins} of them, ratio spread {p.spread * 100:.0f}%")
-    return fastest, rival, ok, margin, "; ".join(filter(None, [rounds, tied])), p.spread
+    return fastest, rival, ok, margin, "; ".join(filter(None, [rounds, tied, tail])), p.spread
+
+
+def _tail_win(samples: list[list[float]], d: int) -> int | None:
+    """The side that beats the tier default ``d`` on the mean over the rounds when ``d``'s tail makes its mean over
+    ``TAIL_RATIO`` x its median (bimodal: some calls stalled), or None. The win must hold on resampled rounds: the
+    default's mean over the other's above ``1 + PAIRED_MIN_MARGIN`` in all but ``TAIL_ALPHA`` of
+    ``TAIL_RESAMPLES`` bootstrap resamplings of the rounds (paired: a resampled round keeps both sides' samples)."""
+    means = [float(np.mean(s)) for s in samples]
+    if means[d] <= TAIL_RATIO * float(np.median(samples[d])):
+        return None
+    c = min((i for i in range(len(samples)) if i != d), key=means.__getitem__, default=None)
+    if c is None or means[d] / means[c] - 1.0 <= PAIRED_MIN_MARGIN:
+        return None
+    n = min(len(samples[c]), len(samples[d]))
+    mine, theirs = np.asarray(samples[c][:n]), np.asarray(samples[d][:n])
+    picks = np.random.default_rng(n).integers(0, n, (TAIL_RESAMPLES, n))  # seeded: a run's verdicts repeat
+    ratios = theirs[picks].mean(axis=1) / mine[picks].mean(axis=1)
+    return c if float(np.mean(ratios <= 1.0 + PAIRED_MIN_MARGIN)) < TAIL_ALPHA else None
 
 
 def _versus(fastest, rival, margin: float, ok: bool, spread: float | None = None) -> str:
@@ -310,12 +330,10 @@ def _alone(rows) -> str:
     return "no other solution to time: " + (", ".join(why) if why else "it is the only one registered")
 
 
-def _retime(rows, *, region, runner, mode, cap, records, settle=True) -> None:
-    """Time ``rows`` again in this order, without screening (each after a settle step when ``settle``);
-    replace their records."""
+def _retime(rows, *, region, runner, mode, cap, records) -> None:
+    """Time ``rows`` again in this order, without screening (each warmed up first, never after a sleep); replace
+    their records."""
     for row in rows:
-        if settle:
-            _settle()
         m = _measure(runner, row, region, mode=mode, time_cap_s=cap)
         if not isinstance(m, Measurement):
             continue  # it ran before; a crash now keeps the first timing (the gate verdict stands)
@@ -371,7 +389,7 @@ def _decide_by_time(decision, order, records, region, store, retime=None, pair=N
             # Confirm a separated margin by timing the two again in the other order (the rival first): load
             # that drifts during a run favours whichever was timed in the quieter moment, and only a margin
             # that survives both orders is stable from one run to the next.
-            retime([rival, fastest], settle=False)
+            retime([rival, fastest])
             again, margin_again = separated(fastest.timing, rival.timing)
             if again:
                 margin = min(margin, margin_again)

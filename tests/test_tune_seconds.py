@@ -49,7 +49,13 @@ def test_the_budget_reaches_the_tuner_and_the_key_is_decided_by_measurement(fres
     np.testing.assert_allclose(y, np.exp(x) / np.exp(x).sum(-1, keepdims=True), rtol=1e-5)
     assert seen == [0.3]
     [row] = [r for r in arbiter.stats() if r["key"] == region.key.id]
-    assert row["policy"] == "measured"
+    # Decided by timing: measurements stored for the key. Whether a margin separated ("measured") or the tier
+    # default stayed ("tier") is the box's load, not the budget's doing (issue 41 item 4: no test on wall clock).
+    from arbiter import dispatch
+    from arbiter.env import environment
+
+    assert row["policy"] in ("measured", "tier")
+    assert dispatch.store().load_measurements(region.key.id, environment("cpu").fingerprint)
 
 
 def test_the_environment_variable_sets_it_and_configure_overrides_it(fresh, monkeypatch):

@@ -63,10 +63,6 @@ class BlasBacked:
     def param_space(self):
         return [dict(p) for p in cpu_threads.BLAS_PARAMS]
 
-    def spins_after(self, params) -> bool:
-        """Whether its BLAS pool's idle threads keep spinning after a call (the tuner settles before the next)."""
-        return params.get("blas_threads") != 1 and blas_info()["blas_threads"] not in ("0", "1")
-
     def launch_signature(self, region, params):
         # One thread where the pool has one already: the same calls, timed once.
         threads = params.get("blas_threads")
