@@ -23,6 +23,13 @@ The BLAS pool: ``blas_threads(n)`` limits it for one call and puts it back (thre
 of NumPy's BLAS, about 3 us), so BLAS-backed candidates offer the thread count as a parameter
 (``BLAS_PARAMS``) and the tuner measures it like any other parameter.
 
+**One pool owns the cores** (issue 39 item 1): the caller's framework's. A torch caller (its tensors come back as
+tensors, ``region.back``) runs torch's intra-op pool beside arbiter's calls, so for its calls the BLAS-backed and
+numba candidates run on one thread (``guest_threads``), and its tier order puts torch's own kernels first
+(``select.tier_order``): nothing spins beside torch's pool between a model's ops. A NumPy caller's cores belong to
+NumPy's BLAS pool and arbiter's own numba pool (which sleeps when idle); their sizes are solution parameters that
+the tuner measures. Nothing is changed for longer than one call, and nothing process-wide is left set.
+
 The threading layer, the wait policy and the BLAS pool's size are fields of the cpu environment key
 (``fields()``, ``arbiter.targets.cpu.blas_info``): a registry tuned under another choice is stale.
 """
@@ -90,54 +97,91 @@ def _blas_pools() -> list:
 
 
 _limit_lock = threading.Lock()
-_limits: dict[str, list] = {}  # pool name -> [holders, its size before the first of them]
+_limits: dict[str, list] = {}  # pool name -> [the holders' sizes, its size before the first of them, its size now]
+_AS_IT_IS = contextlib.nullcontext()
 
 
-@contextlib.contextmanager
-def _limited(name: str, get, put, n: int):
-    """``put(n)`` for the block; the pool's own size back when the last concurrent holder leaves. Pool sizes are
-    the process's: two threads limiting at once (a program's, or the gate's concurrent calls) must not leave
-    the first one's limit behind, as saving and restoring per holder did (the second saved the first's 1)."""
-    with _limit_lock:
-        entry = _limits.setdefault(name, [0, None])
-        if entry[0] == 0:
-            entry[1] = get()
-        entry[0] += 1
-        put(n)
-    try:
-        yield
-    finally:
+class _Limited:
+    """``put(n)`` for the block; when it leaves, the size the holders still inside asked for last, or the pool's own
+    size once the last concurrent holder has left. Pool sizes are the process's: two threads limiting at once (a
+    program's, or the gate's concurrent calls) must not leave the first one's limit behind, as saving and restoring
+    per holder did (the second saved the first's 1). A class, not a generator: it runs on every call of a
+    BLAS-backed candidate for a torch caller (4.5 us, where two generator context managers took 8.5;
+    threadpoolctl's get and set are 0.5 and 0.8 of it)."""
+
+    __slots__ = ("name", "get", "put", "n")
+
+    def __init__(self, name: str, get, put, n: int):
+        self.name, self.get, self.put, self.n = name, get, put, n
+
+    def __enter__(self):
         with _limit_lock:
-            entry[0] -= 1
-            if entry[0] == 0:
-                put(entry[1])
+            entry = _limits.get(self.name)
+            if entry is None or not entry[0]:
+                size = self.get()
+                entry = _limits[self.name] = [[], size, size]  # holders' sizes, the pool's own, the pool's now
+            entry[0].append(self.n)
+            self._size(entry, self.n)
+
+    def __exit__(self, *exc):
+        with _limit_lock:
+            entry = _limits[self.name]
+            entry[0].remove(self.n)
+            self._size(entry, entry[0][-1] if entry[0] else entry[1])
+
+    def _size(self, entry: list, n) -> None:
+        if entry[2] != n:
+            self.put(n)
+            entry[2] = n
 
 
-@contextlib.contextmanager
 def blas_threads(n: int | None):
-    """Run the block with the BLAS pool limited to ``n`` threads (None: as it is), then put it back."""
-    pools = _blas_pools() if n else []
-    if not pools:
-        yield
-        return
+    """A context running the block with the BLAS pool limited to ``n`` threads (None: as it is), then put back."""
+    pools = _blas_pools() if n else None
+    if not pools or not n:
+        return _AS_IT_IS
+    if len(pools) == 1:
+        return _Limited("blas", pools[0].get_num_threads, pools[0].set_num_threads, n)
 
     def put(sizes):
         for pool, size in zip(pools, sizes if isinstance(sizes, list) else [sizes] * len(pools)):
             pool.set_num_threads(size)
 
-    with _limited("blas", lambda: [p.get_num_threads() for p in pools], put, n or 1):
-        yield
+    return _Limited("blas", lambda: [p.get_num_threads() for p in pools], put, n)
+
+
+def torch_threads(n: int | None):
+    """A context running the block with torch's intra-op pool at ``n`` threads (None, or torch not loaded: as it
+    is)."""
+    torch = sys.modules.get("torch")
+    if not n or torch is None:
+        return _AS_IT_IS
+    return _Limited("torch", torch.get_num_threads, torch.set_num_threads, n)
+
+
+def guest_threads(region, own: int | None = None) -> int | None:
+    """The thread count of a pool that is not the caller's for ``region``'s call: one for a torch caller (torch's
+    pool owns the cores), else ``own`` (None: the pool as it is)."""
+    return 1 if region.torch_caller else own
 
 
 @contextlib.contextmanager
-def torch_threads(n: int | None):
-    """Run the block with torch's intra-op pool at ``n`` threads (None, or torch not loaded: as it is)."""
-    torch = sys.modules.get("torch")
-    if not n or torch is None:
+def numba_threads(n: int | None):
+    """Run the block with numba's parallel launches from this thread on ``n`` threads (None: as they are). numba's
+    count is the calling thread's own (``numba.set_num_threads``): no other thread sees the change."""
+    numba = sys.modules.get("numba")
+    if not n or numba is None:
         yield
         return
-    with _limited("torch", torch.get_num_threads, torch.set_num_threads, n):
+    before = numba.get_num_threads()
+    if before == n:
         yield
+        return
+    numba.set_num_threads(n)
+    try:
+        yield
+    finally:
+        numba.set_num_threads(before)
 
 
 def busy(target: str) -> str | None:

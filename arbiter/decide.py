@@ -166,7 +166,7 @@ def _stored(region, store, env, *, strict: bool = False) -> tuple[Decision | Non
     if row.status != Status.PASSED:
         return None, f"stored winner {name!r} fails the gate now: {row.reason}", verified
     if (not strict and record.chosen_by == ChosenBy.TIER
-            and getattr(cand, "torch_native", False) != (region.torch_in is not None)):
+            and getattr(cand, "torch_native", False) != region.torch_caller):
         # A tier choice stored by the other kind of caller: a torch caller's tier order puts solutions without
         # conversions first, a CuPy caller's does not, so this caller decides for itself (its verdicts come
         # from the registry); the shared record stays as it is. Under policy strict nothing is decided on a

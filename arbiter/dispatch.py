@@ -191,7 +191,8 @@ def run_arbitrated(op: str, region, *, policy: str | None = None):
     if op != region_op:
         raise RegionError("op", f"{op!r} does not match the region's op {region_op!r}")
     torch_in = region.torch_in
-    route = (_table if torch_in is None else _torch_table).get(region.key.id)
+    # a torch caller (its results go back as tensors: ``region.back``) has its own table, CPU tensors included
+    route = (_table if torch_in is None and region.back is None else _torch_table).get(region.key.id)
     if route is None:
         route = _miss(region, policy)
     else:
@@ -327,7 +328,7 @@ def _install(decision_key, candidate, params, chosen_by: ChosenBy, env, counter:
     with _state.lock:
         if counter is not None:
             setattr(route, counter, getattr(route, counter) + 1)
-        torch_caller = region is not None and getattr(region, "torch_in", None) is not None
+        torch_caller = region is not None and region.torch_caller
         table = _torch_table if torch_caller else _table
         _audit.arm(route, table, store)  # the audit's sampling wrapper, or the candidate's run at rate 0
         if not _closed:  # ending by a signal: the next call must miss (and wait), not count after the flush

@@ -142,6 +142,14 @@ class Region(metaclass=Memoized):
             _check_broadcast_size(argument, native)
         return name, native, back
 
+    @property
+    def torch_caller(self) -> bool:
+        """Whether the caller passed torch tensors: CUDA ones kept as they are (``torch_in``), or CPU ones seen as
+        NumPy whose results go back as tensors (``back``). Its winner is decided apart, in a tier order that puts
+        torch's own kernels first (``select.tier_order``), and on the CPU torch's pool owns the cores
+        (``cpu_threads.guest_threads``)."""
+        return self.torch_in is not None or self.back is not None
+
     def _same_dtype(self, argument: str, array):
         if dtype_name(array.dtype) != self.dtype:
             raise RegionError(argument, f"dtype {array.dtype} differs from the region's {self.dtype}; "

@@ -113,11 +113,13 @@ def screen_row(cand: Candidate, params: dict, region, capturable_only: bool = Fa
 
 
 def tier_order(region) -> list[Candidate]:
-    """The candidates of (target, op) in tier order. For a torch caller (``region.torch_in``), within each tier
-    the solutions that take its tensors as they are (``torch_native``: no DLPack views, torch's own stream and
-    allocator) come first: a conversion costs such a caller host time on every call (issue 26 item 3)."""
+    """The candidates of (target, op) in tier order. For a torch caller (``region.torch_caller``), within each
+    tier the solutions that take its tensors as they are (``torch_native``: no DLPack views, torch's own stream and
+    allocator, torch's own thread pool on the CPU) come first: a conversion costs such a caller host time on every
+    call (issue 26 item 3), and on the CPU another library's pool beside torch's fights it for the cores (issue 39
+    item 1)."""
     found = REGISTRY.candidates(region.target, region.op)
-    if getattr(region, "torch_in", None) is not None:
+    if getattr(region, "torch_caller", False):
         found = sorted(found, key=lambda c: (-int(c.tier), not getattr(c, "torch_native", False)))  # stable
     return found
 

@@ -46,11 +46,12 @@ def blas_identity() -> str:
 class BlasBacked:
     """A mixin for candidates whose time is mostly BLAS calls: the BLAS pool's thread count is a solution
     parameter (``cpu_threads.BLAS_PARAMS``: the library's own count, then one thread), so tuning measures
-    which serves the key on this machine; ``run`` wraps the subclass's ``_compute(region)`` in ``blas(params)``,
-    and the BLAS library and its version are part of the code identity (``source``)."""
+    which serves the key on this machine; ``run`` wraps the subclass's ``_compute(region)`` in
+    ``cpu_threads.blas_threads`` (one thread for a torch caller), and the BLAS library and its version are part
+    of the code identity (``source``)."""
 
     def run(self, region, params):
-        with blas(params):
+        with cpu_threads.blas_threads(cpu_threads.guest_threads(region, params.get("blas_threads"))):
             return self._compute(region)
 
     def _compute(self, region):
@@ -64,13 +65,9 @@ class BlasBacked:
         return [dict(p) for p in cpu_threads.BLAS_PARAMS]
 
     def launch_signature(self, region, params):
-        # One thread where the pool has one already: the same calls, timed once.
+        # One thread where the pool has one already, or for a torch caller (cpu_threads.guest_threads): the same
+        # calls, timed once.
         threads = params.get("blas_threads")
-        if threads is not None and blas_info()["blas_threads"] == str(threads):
+        if region.torch_caller or (threads is not None and blas_info()["blas_threads"] == str(threads)):
             return params_id({})
         return params_id(params)
-
-
-def blas(params: dict):
-    """The BLAS pool limited as ``params`` ask (``blas_threads``) for the block, then put back."""
-    return cpu_threads.blas_threads(params.get("blas_threads"))

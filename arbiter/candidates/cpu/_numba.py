@@ -130,7 +130,8 @@ def gelu_exact_inplace(flat):
 
 class SerialLaunches:
     """A numba candidate: its ``run`` holds ``cpu_threads.LAUNCH_LOCK`` (numba's workqueue layer, the one
-    ``import arbiter`` asks for, terminates the process on concurrent parallel launches from two threads)."""
+    ``import arbiter`` asks for, terminates the process on concurrent parallel launches from two threads), and runs
+    on one thread for a torch caller (``cpu_threads.guest_threads``)."""
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -138,7 +139,8 @@ class SerialLaunches:
         if run is not None and not getattr(run, "serial", False):
             @functools.wraps(run)
             def serial_run(self, region, params):
-                with cpu_threads.LAUNCH_LOCK:
+                # one thread for a torch caller: torch's pool owns the cores (cpu_threads.guest_threads)
+                with cpu_threads.LAUNCH_LOCK, cpu_threads.numba_threads(cpu_threads.guest_threads(region)):
                     return run(self, region, params)
 
             serial_run.serial = True  # type: ignore[attr-defined]
