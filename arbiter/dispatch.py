@@ -39,6 +39,7 @@ import threading
 
 from arbiter import audit as _audit
 from arbiter import regions, select, targets
+from arbiter import timing_audit as _timing_audit
 from arbiter.candidates import REGISTRY, Fallback, run_for_torch
 from arbiter.decide import DISABLED, POLICIES, decide, decide_and_store, set_tune_seconds, timing_mode
 from arbiter.decide import MissPolicy as MissPolicy  # (defined with the rules it names; imported from here before)
@@ -132,7 +133,8 @@ def _use_store(st) -> None:
 
 
 def configure(*, store=None, policy: str | None = None, looser_accuracy: bool | None = None,
-              audit: float | None = None, tune_seconds: float | None = None) -> None:
+              audit: float | None = None, tune_seconds: float | None = None,
+              timing_audit: float | None = None) -> None:
     """Set the process's store and/or default miss policy; clears the dispatch table.
 
     ``tune_seconds``: the budget of one key that policy tune decides on a miss, for its gate (no new solution
@@ -142,6 +144,10 @@ def configure(*, store=None, policy: str | None = None, looser_accuracy: bool | 
 
     ``audit=rate`` (0 to 1): re-check that fraction of real calls against the oracle in the background and
     demote a solution that fails (``arbiter.audit``; else ``ARBITER_AUDIT``); 0 spends nothing.
+
+    ``timing_audit=rate`` (0 to 1): time that fraction of a measured winner's real calls, and re-decide its key on
+    the program's own calls when it runs clearly slower than measured (``arbiter.timing_audit``; else
+    ``ARBITER_TIMING_AUDIT``); 0 spends nothing.
 
     ``looser_accuracy=True``: consent, for every region built from now on, to candidates that declare
     accuracy looser than the op's budget; the consent is part of those regions' problem keys
@@ -155,8 +161,11 @@ def configure(*, store=None, policy: str | None = None, looser_accuracy: bool | 
         regions.consent_to_looser(looser_accuracy)
     if tune_seconds is not None:
         set_tune_seconds(tune_seconds)
-    if audit is not None:
-        _audit.configure(audit)
+    if timing_audit is not None:
+        _timing_audit.configure(timing_audit)
+    if audit is not None or timing_audit is not None:
+        if audit is not None:
+            _audit.configure(audit)
         _table.clear()  # every route is armed again, at the new rate, on its next miss
         _torch_table.clear()
     with _state.lock:
@@ -331,6 +340,7 @@ def _install(decision_key, candidate, params, chosen_by: ChosenBy, env, counter:
         torch_caller = region is not None and region.torch_caller
         table = _torch_table if torch_caller else _table
         _audit.arm(route, table, store)  # the audit's sampling wrapper, or the candidate's run at rate 0
+        _timing_audit.arm(route, table, store)  # the timing audit's wrapper around that, or nothing at rate 0
         if not _closed:  # ending by a signal: the next call must miss (and wait), not count after the flush
             table[decision_key.id] = route
     if region is not None and not route.capturable and route.captured is None and _may_capture(region):
@@ -635,3 +645,4 @@ def reset() -> None:
         _state.verified = 0
         _state.policy = None
         _audit.configure(None)
+        _timing_audit.configure(None)

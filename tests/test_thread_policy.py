@@ -3,6 +3,8 @@ candidates run on one thread for its calls and its tier order puts torch's kerne
 keep their sizes. Nothing is left changed after a call."""
 from __future__ import annotations
 
+from typing import ClassVar
+
 import numpy as np
 import pytest
 
@@ -25,7 +27,7 @@ class SeesBlas(BlasBacked, Candidate):
     """numpy's product, noting the BLAS pool's size while it runs."""
 
     name, target, op, tier, priority = "sees_blas", "cpu", "matmul", Tier.HAND_TUNED, 100
-    seen: list = []
+    seen: ClassVar[list] = []
 
     def param_space(self):
         return [{}]
@@ -41,7 +43,7 @@ class SeesNumba(SerialLaunches, Candidate):
     """NumPy's softmax, noting numba's thread count for this thread while it runs."""
 
     name, target, op, tier, priority = "sees_numba", "cpu", "softmax", Tier.HAND_TUNED, 100
-    seen: list = []
+    seen: ClassVar[list] = []
 
     def run(self, region, params):
         import numba

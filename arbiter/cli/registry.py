@@ -24,6 +24,7 @@ from arbiter.errors import RegistryError, unknown
 from arbiter.keys import ProblemKey
 from arbiter.solution import Solution
 from arbiter.store import inventory, trust
+from arbiter.timing_audit import PREFIX as TIMING_PREFIX
 
 if TYPE_CHECKING:
     from arbiter.store.sql import SqlStore
@@ -181,7 +182,9 @@ def stats(
         never = not any(r[c] for c in counted)
         hits_cell = lit("0 (never dispatched)", "yellow") if never else str(r["hits"])
         state = r["state"] + (f" [{r['layer']}]" if r["layer"] != "user" else "")
-        table.add_row(lit(r["key"]), lit(r["winner"]), r["policy"], r["tier"], hits_cell,
+        # a winner the timing audit chose on the program's own calls says so (the JSON keeps the stored policy)
+        policy = r["policy"] + (" (program)" if (r["note"] or "").startswith(TIMING_PREFIX) else "")
+        table.add_row(lit(r["key"]), lit(r["winner"]), policy, r["tier"], hits_cell,
                       *(str(r[c]) for c in counted[1:]), lit(state, "" if r["state"] == "current" else "red"))
     show(out, table)
     for e in stale:
