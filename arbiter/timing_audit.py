@@ -79,6 +79,13 @@ class Counts:
 
 
 counts = Counts()
+HISTORY = 100
+history: list[str] = []  # the last HISTORY decisions of this process, as text (kept or re-decided, with figures)
+
+
+def _remember(text: str) -> None:
+    history.append(text)
+    del history[:-HISTORY]
 
 
 def _same(record, solution: Solution) -> bool:
@@ -199,10 +206,14 @@ def _decide(route, contestants, times, program_s: float, measured_s: float, tabl
     medians = [float(np.median(t)) * 1e-9 for t in times]
     means = [float(np.mean(t)) * 1e-9 for t in times]
     best = min(range(len(contestants)), key=medians.__getitem__)
+    figures = ", ".join(f"{c[0].label} {m * 1e6:.1f} us (mean {a * 1e6:.1f})" for c, m, a in zip(contestants, medians,
+                                                                                               means))
     if best == 0 or not (medians[0] > (1 + MARGIN) * medians[best] and means[0] > (1 + MARGIN) * means[best]):
         counts.kept += 1
-        log.info("arbiter: %s at key %s runs %.1f us in the program (measured %.1f us); no gated rival beat it on "
-                 "the program's calls: kept", route.label, route.key.id, program_s * 1e6, measured_s * 1e6)
+        text = (f"{route.label} at key {route.key.id} took {program_s * 1e6:.1f} us in the program (measured "
+                f"{measured_s * 1e6:.1f} us); on real calls {figures}: kept")
+        _remember(text)
+        log.info("arbiter: %s", text)
         return
     winner, cand, params, _ = contestants[best]
     margin = medians[0] / medians[best] - 1.0
@@ -227,6 +238,7 @@ def _decide(route, contestants, times, program_s: float, measured_s: float, tabl
         log.warning("arbiter: the timing audit could not store its re-decision of %s: %s", route.key.id, exc)
         return
     counts.redecided += 1
+    _remember(f"key {route.key.id} re-decided: {note}; on real calls {figures}")
     log.warning("arbiter: key %s re-decided on the program's calls: %s", route.key.id, note)
     key_id = route.key.id
     if table.get(key_id) is route:  # the next call misses and loads the new winner
