@@ -313,6 +313,13 @@ class Region(metaclass=Memoized):
         return f"{type(self).__name__}({self.shape_text()} {self.dtype} on {self.target}, key={self.key.id})"
 
 
+def converted_by_caller(result):
+    """The ``back`` of a torch caller's region built from NumPy views of its CPU tensors, which takes the NumPy
+    result back as a tensor itself (``arbiter.torch``: views keep the construction memo serving a warm shape): the
+    result as it is, and the region marked as a torch caller's (``Region.torch_caller``)."""
+    return result
+
+
 def _as_rows(region: Region, argument: str, array):
     """``array [..., W]`` (N-D) as the 2-D ``[rows, W]`` the kernels take: a view where the leading dimensions
     merge (a contiguous array's always do), else a copy. A torch caller's kept tensor is replaced by it too."""

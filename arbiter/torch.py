@@ -109,7 +109,9 @@ def _arbitrated(op: str, make_region, tensors: list, result_dtype):
         # (detach only where needed: it makes a new tensor, and .numpy() refuses only a tensor needing grad)
         ready = [None if t is None else (t if not t.requires_grad else t.detach()).numpy() if work is None
                  else t.detach().to(work).numpy() for t in tensors]
-        y = arbiter.run_arbitrated(op, make_region(*ready))
+        region = make_region(*ready)
+        region.back = regions.converted_by_caller  # a torch caller: its own route and pools (cpu_threads)
+        y = arbiter.run_arbitrated(op, region)
         if y.base is not None and any(r is not None and np.may_share_memory(y, r) for r in ready):
             y = y.copy()  # a custom op's output may not alias an input
         out = torch.from_numpy(y)
