@@ -103,3 +103,17 @@ def test_a_torch_cpu_caller_defaults_to_torchs_kernel_and_keeps_its_own_route():
     np.testing.assert_allclose(y.numpy(), torch.softmax(torch.from_numpy(x), -1).numpy(), rtol=1e-5, atol=1e-7)
     assert dispatch.route(plain.key).solution.candidate_name == "numpy_softmax"
     assert dispatch.route(plain.key, torch_caller=True).solution.candidate_name == "torch_softmax"
+
+
+def test_arbiter_torch_on_cpu_tensors_is_a_torch_caller():
+    """arbiter.torch hands NumPy views of CPU tensors to the arbiter (the memo serves them) and marks the region
+    as a torch caller's: before, the views hid the caller, and a torch model's ops ran NumPy's kernels on BLAS's
+    pool beside torch's."""
+    import arbiter.torch as at
+
+    x = torch.randn(8, 32)
+    y = at.softmax(x, -1)
+    torch.testing.assert_close(y, torch.softmax(x, -1))
+    key = Softmax(x.numpy()).key
+    assert dispatch.route(key, torch_caller=True).solution.candidate_name == "torch_softmax"
+    assert dispatch.route(key) is None  # no NumPy caller has called it
