@@ -72,12 +72,17 @@ def configure(rate) -> None:
     _configured = None if rate is None else check_rate(rate)
 
 
+def rate_in_force(configured: float | None, variable: str) -> float:
+    """``configured`` when set, else the environment variable ``variable`` (checked by name), else 0."""
+    if configured is not None:
+        return configured
+    given = os.environ.get(variable, "").strip()
+    return check_rate(given, variable) if given else 0.0
+
+
 def rate() -> float:
     """The audit rate in force: ``configure``'s, else ``ARBITER_AUDIT``, else 0. Read on a miss only."""
-    if _configured is not None:
-        return _configured
-    given = os.environ.get("ARBITER_AUDIT", "").strip()
-    return check_rate(given, "ARBITER_AUDIT") if given else 0.0
+    return rate_in_force(_configured, "ARBITER_AUDIT")
 
 
 @dataclass

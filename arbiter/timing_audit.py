@@ -29,7 +29,6 @@ for a device session). ``arbiter stats`` shows a re-decided key's policy as ``me
 from __future__ import annotations
 
 import logging
-import os
 import random
 import time
 from dataclasses import dataclass
@@ -37,7 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from arbiter import targets
-from arbiter.audit import _gap, check_rate
+from arbiter.audit import _gap, check_rate, rate_in_force
 from arbiter.candidates import REGISTRY
 from arbiter.solution import ChosenBy, Solution, TimingMode
 from arbiter.store import MeasurementRecord, SolutionRecord, VerdictKey
@@ -62,10 +61,7 @@ def configure(rate) -> None:
 
 def rate() -> float:
     """The rate in force: ``configure``'s, else ``ARBITER_TIMING_AUDIT``, else 0. Read on a miss only."""
-    if _configured is not None:
-        return _configured
-    given = os.environ.get("ARBITER_TIMING_AUDIT", "").strip()
-    return check_rate(given, "ARBITER_TIMING_AUDIT") if given else 0.0
+    return rate_in_force(_configured, "ARBITER_TIMING_AUDIT")
 
 
 @dataclass
