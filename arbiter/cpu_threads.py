@@ -159,10 +159,11 @@ def torch_threads(n: int | None):
     return _Limited("torch", torch.get_num_threads, torch.set_num_threads, n)
 
 
-def guest_threads(region, own: int | None = None) -> int | None:
-    """The thread count of a pool that is not the caller's for ``region``'s call: one for a torch caller (torch's
-    pool owns the cores), else ``own`` (None: the pool as it is)."""
-    return 1 if region.torch_caller else own
+def guest_threads(torch_caller: bool, own: int | None = None) -> int | None:
+    """The thread count of a pool that is not the caller's: one for a torch caller (``Region.torch_caller``: torch's
+    pool owns the cores), else ``own`` (None: the pool as it is). It takes the flag, not the region: a thread count
+    depends on who called, nothing else of the call."""
+    return 1 if torch_caller else own
 
 
 @contextlib.contextmanager

@@ -51,7 +51,7 @@ class BlasBacked:
     of the code identity (``source``)."""
 
     def run(self, region, params):
-        with cpu_threads.blas_threads(cpu_threads.guest_threads(region, params.get("blas_threads"))):
+        with cpu_threads.blas_threads(cpu_threads.guest_threads(region.torch_caller, params.get("blas_threads"))):
             return self._compute(region)
 
     def _compute(self, region):

@@ -140,7 +140,7 @@ class SerialLaunches:
             @functools.wraps(run)
             def serial_run(self, region, params):
                 # one thread for a torch caller: torch's pool owns the cores (cpu_threads.guest_threads)
-                with cpu_threads.LAUNCH_LOCK, cpu_threads.numba_threads(cpu_threads.guest_threads(region)):
+                with cpu_threads.LAUNCH_LOCK, cpu_threads.numba_threads(cpu_threads.guest_threads(region.torch_caller)):
                     return run(self, region, params)
 
             serial_run.serial = True  # type: ignore[attr-defined]
