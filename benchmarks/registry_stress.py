@@ -21,10 +21,13 @@ reads it).
 ``--threads T``: each worker dispatches from T threads (its main thread flushes). ``--sigterm K``: K workers get
 SIGTERM at random moments between 20% and 80% of the run; each must end by it (exit -15), and every call it
 completed must be counted (workers write their completed calls to a shared counts file, so a killed one still
-says how many); reported: how many were signalled and the longest time from a SIGTERM to the exit.
+says how many); reported: how many were signalled and the longest time from a SIGTERM to the exit. ``--sigkill K``:
+K other workers get SIGKILL likewise (nothing of theirs runs after it): what they completed since their last
+flush is lost by design, so reported beside the loss is its bound, each killed worker's calls in one flush
+interval (its rate until the kill times ``--flush-every``; the documented loss of a SIGKILL).
 
 Usage: python benchmarks/registry_stress.py [--procs 64] [--seconds 60] [--db sqlite,postgresql]
-       [--import-keys 8000] [--pg URL] [--json] [--quick] [--out DIR] [--threads 1] [--sigterm 0]
+       [--import-keys 8000] [--pg URL] [--json] [--quick] [--out DIR] [--threads 1] [--sigterm 0] [--sigkill 0]
 ``--quick``: --procs 4 --seconds 3 --import-keys 100 (a smoke run). ``--out DIR``: the table is also written to
 ``DIR/registry_stress.md``.
 """
@@ -199,7 +202,7 @@ def _counted(db: str) -> int:
 
 
 def run_one(name: str, db: str, export: str, procs: int, seconds: float, flush_every: float, log,
-            threads: int = 1, sigterm: int = 0) -> dict:
+            threads: int = 1, sigterm: int = 0, sigkill: int = 0) -> dict:
     env = _env(db)
     log(f"[{name}] warming {db}")
     warm = subprocess.run([sys.executable, __file__, "--warm"], env=env, capture_output=True, text=True)
@@ -235,17 +238,25 @@ def run_one(name: str, db: str, export: str, procs: int, seconds: float, flush_e
     # --sigterm: that many workers get SIGTERM at random moments of the middle of the run; each must end by it
     # (exit -15) and lose no count it completed (read from the counts file, as the process prints nothing).
     rng = np.random.default_rng(1)
-    victims = {int(i): start + seconds * float(rng.uniform(0.2, 0.8))
-               for i in rng.choice(procs, size=min(sigterm, procs), replace=False)}
+    chosen = [int(i) for i in rng.choice(procs, size=min(sigterm + sigkill, procs), replace=False)]
+    victims = {i: start + seconds * float(rng.uniform(0.2, 0.8)) for i in chosen[:sigterm]}
+    killed = {i: start + seconds * float(rng.uniform(0.2, 0.8)) for i in chosen[sigterm:]}
     signalled: dict[int, float] = {}
     ended_after: list[float] = []
-    pending = dict(victims)
+    pending = {**victims, **killed}
+    kill_bound = 0.0  # the killed workers' calls in one flush interval each (what a SIGKILL may lose)
     while pending or len(ended_after) < len(signalled):
         now = time.monotonic()
         for i, when in list(pending.items()):
             if now >= when:
-                workers[i].send_signal(signal.SIGTERM)
-                signalled[i] = now
+                if i in killed:
+                    workers[i].kill()
+                    workers[i].wait()
+                    done = int(np.fromfile(counts, np.int64)[i * threads:(i + 1) * threads].sum())
+                    kill_bound += done / max(now - start, 1e-9) * flush_every
+                else:
+                    workers[i].send_signal(signal.SIGTERM)
+                    signalled[i] = now
                 del pending[i]
         for i, when in signalled.items():
             if when >= 0 and workers[i].poll() is not None:
@@ -259,6 +270,10 @@ def run_one(name: str, db: str, export: str, procs: int, seconds: float, flush_e
     reported = 0  # counts SIGTERMed workers said they could not write (with their number) before ending
     for i, w in enumerate(workers):
         out, err = w.communicate()
+        if i in killed:
+            if w.returncode != -signal.SIGKILL:
+                errors.append(f"SIGKILLed worker exit {w.returncode}, not -9")
+            continue
         if i in victims:
             if w.returncode != -signal.SIGTERM:
                 errors.append(f"SIGTERMed worker exit {w.returncode}, not -15: {err.strip()[-300:]}")
@@ -293,7 +308,8 @@ def run_one(name: str, db: str, export: str, procs: int, seconds: float, flush_e
             "flush_max_ms": round(max(latencies, default=float("nan")) * 1e3, 1),
             "import_mb": round(os.path.getsize(export) / 2**20, 1), "import_s": round(import_s, 1),
             "import_peak_mb": round(usage.ru_maxrss / 1024, 1), "import_ok": importer.returncode == 0,
-            "tune_runs": tuned, "threads": threads, "sigtermed": len(victims),
+            "tune_runs": tuned, "threads": threads, "sigtermed": len(victims), "sigkilled": len(killed),
+            "kill_loss_bound": round(kill_bound),
             "sigterm_exit_max_s": round(max(ended_after, default=float("nan")), 2)}
 
 
@@ -348,7 +364,8 @@ def table(rows: list[dict]) -> str:
             ("flushes", "flushes"), ("flush_p50_ms", "flush p50 ms"), ("flush_p99_ms", "flush p99 ms"),
             ("flush_max_ms", "flush max ms"), ("import_mb", "import MiB"), ("import_s", "import s"),
             ("import_peak_mb", "import peak MiB"), ("tune_runs", "tune runs"), ("threads", "threads"),
-            ("sigtermed", "SIGTERMed"), ("sigterm_exit_max_s", "SIGTERM to exit max s")]
+            ("sigtermed", "SIGTERMed"), ("sigterm_exit_max_s", "SIGTERM to exit max s"),
+            ("sigkilled", "SIGKILLed"), ("kill_loss_bound", "SIGKILL loss bound")]
     lines = ["| " + " | ".join(h for _, h in cols) + " |", "|" + "---|" * len(cols)]
     for r in rows:
         lines.append("| " + " | ".join(f"{r[k]:,}" if isinstance(r[k], int) else str(r[k]) for k, _ in cols) + " |")
@@ -372,6 +389,9 @@ def main() -> None:
     ap.add_argument("--sigterm", type=int, default=0,
                     help="workers sent SIGTERM at random moments mid-run (default 0); each must end with -15 and "
                          "lose no count it completed")
+    ap.add_argument("--sigkill", type=int, default=0,
+                    help="other workers sent SIGKILL at random moments mid-run (default 0); each may lose at most "
+                         "its calls since its last flush, reported beside the loss as its bound")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--counts", default="", help=argparse.SUPPRESS)
     ap.add_argument("--slot", type=int, default=0, help=argparse.SUPPRESS)
@@ -409,12 +429,12 @@ def main() -> None:
         for name in wanted:
             if name == "sqlite":
                 rows.append(run_one(name, os.path.join(tmp, "registry.db"), export, args.procs, args.seconds,
-                                    args.flush_every, log, args.threads, args.sigterm))
+                                    args.flush_every, log, args.threads, args.sigterm, args.sigkill))
             else:
                 url, drop = _pg_database(args.pg)
                 try:
                     rows.append(run_one(name, url, export, args.procs, args.seconds, args.flush_every, log,
-                                        args.threads, args.sigterm))
+                                        args.threads, args.sigterm, args.sigkill))
                 finally:
                     drop()
     if args.out:
