@@ -34,4 +34,7 @@ if ! as_pg "$bindir/pg_ctl" -D "$DATA" status >/dev/null 2>&1; then
 fi
 # The tests create (and drop) one database per test; a server started by an older copy of this script lacks the right.
 as_pg "$bindir/psql" -h 127.0.0.1 -p "$PORT" -U postgres -qc "ALTER ROLE arbiter CREATEDB" >/dev/null
+# Dropping a test's database WITH (FORCE) ends the backends still on it; under write load one of them is an autovacuum
+# worker, which only a member of pg_signal_backend may end (the stop CI's teardown error in tests/store/test_processes.py).
+as_pg "$bindir/psql" -h 127.0.0.1 -p "$PORT" -U postgres -qc "GRANT pg_signal_backend TO arbiter" >/dev/null
 echo "$URL"

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
+from types import FunctionType, MethodType
 from typing import Any
 
 import numpy as np
@@ -53,7 +54,7 @@ import torch
 from torch.library import custom_op
 
 import arbiter
-from arbiter import regions, targets
+from arbiter import dispatch, regions, targets
 from arbiter.ops import kind as op_kinds
 from arbiter.ops.attention.torch_ref import ref_attention  # noqa: F401 (re-exported: arbiter.torch.ref_attention)
 from arbiter.ops.fft.torch_ref import ref_fft  # noqa: F401 (re-exported: arbiter.torch.ref_fft)
@@ -96,22 +97,33 @@ def _takes_bfloat16(device_type: str) -> bool:
     return found
 
 
-def _arbitrated(op: str, make_region, tensors: list, result_dtype):
+def _arbitrated(op: str, make_region, tensors: list, result_dtype, attrs: tuple | None = None):
     """Run ``make_region(*ready operands)`` through the arbiter; the result as a fresh C-contiguous tensor
     (what every fake kernel promises, whichever candidate serves).
 
     CPU tensors are handed over as NumPy views (zero copy; bfloat16 as float32, NumPy having none), so the
     region is built from NumPy arrays and its construction memo (``arbiter.region_memo``) serves a warm
-    shape; CUDA tensors are handed over as they are (detached: the op's autograd is ours)."""
+    shape; CUDA tensors are handed over as they are (detached: the op's autograd is ours). ``attrs``: the
+    call's other arguments (hashable; None: no fast path), for ``_on_tensors``."""
     first = tensors[0]
     if first.device.type == "cpu":
         work = torch.float32 if first.dtype == torch.bfloat16 else None
+        sig = None
+        if work is None and attrs is not None:
+            sig = (op, attrs, *[None if t is None else (t.shape, t.stride(), t.dtype) for t in tensors])
+            found = _on_tensors.get(sig)
+            if found is not None:
+                y = found(tensors)
+                if y is not None:
+                    return y if y.dtype == result_dtype else y.to(result_dtype)
         # (detach only where needed: it makes a new tensor, and .numpy() refuses only a tensor needing grad)
         ready = [None if t is None else (t if not t.requires_grad else t.detach()).numpy() if work is None
                  else t.detach().to(work).numpy() for t in tensors]
         region = make_region(*ready)
         region.back = regions.converted_by_caller  # a torch caller: its own route and pools (cpu_threads)
         y = arbiter.run_arbitrated(op, region)
+        if sig is not None:
+            _on_tensors.learn(sig, region, ready)
         if y.base is not None and any(r is not None and np.may_share_memory(y, r) for r in ready):
             y = y.copy()  # a custom op's output may not alias an input
         out = torch.from_numpy(y)
@@ -128,6 +140,97 @@ def _arbitrated(op: str, make_region, tensors: list, result_dtype):
     return out.to(result_dtype) if out.dtype != result_dtype else out
 
 
+class _TensorCall:
+    """A torch caller's region seen on its own CPU tensors: the first call's region values (its arrays dropped)
+    with this call's tensors in place of them (as ``torch_in``, and under the operand names themselves). A
+    torch-native winner reads its operands through ``torch_in`` (``candidates.nvidia._torch.tensor``) and gives
+    its own tensor back (``deliver``). One per call, its values a fresh dict: concurrent callers share nothing
+    but the template. The region class's methods and properties run on it (``__getattr__``)."""
+
+    def __init__(self, template, values: dict):
+        self._template = template
+        self.__dict__.update(values)
+
+    def __getattr__(self, name):
+        on_class = getattr(type(self._template), name, None)  # a method or property reads this call's operands
+        if isinstance(on_class, property):
+            return on_class.__get__(self)
+        if isinstance(on_class, FunctionType):
+            return MethodType(on_class, self)
+        return getattr(self._template, name)
+
+
+class _OnTensors:
+    """The fast path of a warm signature whose winner is torch's own kernel (issue 39 item 4): no NumPy views,
+    no region built, no conversion back. A signature (op, attributes, each tensor's shape, strides and dtype)
+    learns its route from a first call through ``run_arbitrated``; later calls run the route's candidate on
+    their tensors while that route is still the one installed (a re-decision, a reset or a closed dispatch
+    takes it out) and no audit samples it, counting a hit as ``run_arbitrated`` does. Any other winner (NumPy,
+    numba: they take NumPy arrays) keeps the full path: the signature learns None."""
+
+    def __init__(self):
+        self.entries: dict[tuple, Any] = {}
+
+    def get(self, sig):
+        return self.entries.get(sig)
+
+    def learn(self, sig, region, ready: list) -> None:
+        route = dispatch.route(region.key, torch_caller=True)
+        if len(self.entries) >= 4096:  # shapes seen once (a growing sequence): start again, never grow
+            self.entries.clear()
+        candidate = None if route is None else route.candidate
+        if route is None or candidate is None or not route.native or region.nd_shape is not None \
+                or region.out is not None or getattr(route.run, "__self__", None) is not candidate:  # audited
+            self.entries[sig] = None
+            return
+        own = route.run  # the candidate's own run
+        names = {}  # operand name -> position among the call's tensors: the region must hold them as given
+        for name, array in region.operands().items():
+            at = next((i for i, r in enumerate(ready) if r is array), None)
+            if at is None:  # the region keeps a view or copy of an operand (a reshape): not one tensor's
+                self.entries[sig] = None
+                return
+            names[name] = at
+        template = object.__new__(type(region))
+        for slot in _slots(type(region)):
+            if hasattr(region, slot):
+                object.__setattr__(template, slot, None if slot in names else getattr(region, slot))
+        values = {slot: getattr(template, slot) for slot in _slots(type(region)) if hasattr(template, slot)}
+        values.update(out=None, torch_out=None)
+        served: dispatch.Route = route
+        kernel: Any = candidate  # (not None: checked above; a closure does not keep the narrowing)
+        params, key_id, where = route.params, region.key.id, tuple(names.items())
+
+        def run(tensors):
+            # still the installed route, and no audit armed on it since (one replaces route.run)
+            if dispatch.route(key_id, torch_caller=True) is not served or served.run is not own:
+                return None
+            served.hits += 1
+            # (no detach: grad mode is off here, under _Arbitrated's forward or for tensors needing none)
+            operands = {name: tensors[i] for name, i in where}
+            call = _TensorCall(template, values)
+            call.__dict__.update(operands, torch_in=operands)
+            y = kernel.run(call, params)
+            if not torch.is_tensor(y):  # a Fallback, or an array: the full path
+                served.hits -= 1
+                return None
+            at = y.data_ptr()
+            for t in tensors:
+                if t is not None and t.data_ptr() == at:
+                    y = y.clone()  # a custom op's output may not alias an input
+                    break
+            return y if y.is_contiguous() else y.contiguous()
+
+        self.entries[sig] = run
+
+
+def _slots(cls) -> list[str]:
+    return [slot for klass in cls.__mro__ for slot in getattr(klass, "__slots__", ())]
+
+
+_on_tensors = _OnTensors()
+
+
 def _rows2d(t, width: int):
     """``t [..., width]`` as a 2-D ``[rows, width]`` tensor: a view for contiguous leading dimensions."""
     return t if t is None or t.dim() == 2 else t.reshape(-1, width)
@@ -140,7 +243,7 @@ def _matmul(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None,
         a, residual = _rows2d(a, a.shape[-1]), _rows2d(residual, b.shape[-1])
     y = _arbitrated("matmul", lambda a_, b_, bias_, res_: regions.Matmul(a_, b_, bias=bias_, activation=activation,
                                                                         residual=res_),
-                    [a, b, bias, residual], a.dtype)
+                    [a, b, bias, residual], a.dtype, (activation,))
     return y if lead is None else y.view(*lead, y.shape[-1])
 
 
@@ -149,7 +252,7 @@ def _matmul_fake(a, b, bias=None, residual=None, activation="none"):
 
 
 def _softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    return _arbitrated("softmax", lambda x_: regions.Softmax(x_, axis=dim), [x], x.dtype)
+    return _arbitrated("softmax", lambda x_: regions.Softmax(x_, axis=dim), [x], x.dtype, (dim,))
 
 
 def _rows_fake(x, *args, **kwargs):
@@ -157,19 +260,20 @@ def _rows_fake(x, *args, **kwargs):
 
 
 def _rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    return _arbitrated("rmsnorm", lambda x_, w_: regions.RMSNorm(x_, w_, eps=eps), [x, weight], x.dtype)
+    return _arbitrated("rmsnorm", lambda x_, w_: regions.RMSNorm(x_, w_, eps=eps), [x, weight], x.dtype,
+                       (eps,))
 
 
 def _layernorm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
                eps: float = 1e-5) -> torch.Tensor:
     return _arbitrated("layernorm", lambda x_, w_, b_: regions.LayerNorm(x_, w_, bias=b_, eps=eps), [x, weight, bias],
-                       x.dtype)
+                       x.dtype, (eps,))
 
 
 def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
                scale: float | None = None) -> torch.Tensor:
     return _arbitrated("attention", lambda q_, k_, v_: regions.Attention(q_, k_, v_, causal=causal, scale=scale),
-                       [q, k, v], q.dtype)
+                       [q, k, v], q.dtype, (causal, scale))
 
 
 def _attention_fake(q, k, v, causal=False, scale=None):
@@ -180,7 +284,7 @@ def _gated(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor) -> torch.T
     lead = x.shape[:-1] if x.dim() != 2 else None
     if lead is not None:
         x = _rows2d(x, x.shape[-1])
-    y = _arbitrated("gated", lambda x_, g_, u_: regions.Gated(x_, g_, u_), [x, w_gate, w_up], x.dtype)
+    y = _arbitrated("gated", lambda x_, g_, u_: regions.Gated(x_, g_, u_), [x, w_gate, w_up], x.dtype, ())
     return y if lead is None else y.view(*lead, y.shape[-1])
 
 
@@ -203,7 +307,8 @@ def _fft_out(x, kind, inverse, n):
 
 def _fft(x: torch.Tensor, kind: str = "c2c", inverse: bool = False, n: int | None = None) -> torch.Tensor:
     _, dtype = _fft_out(x, kind, inverse, n)
-    return _arbitrated("fft", lambda x_: regions.FFT(x_, kind=kind, inverse=inverse, n=n), [x], dtype)
+    return _arbitrated("fft", lambda x_: regions.FFT(x_, kind=kind, inverse=inverse, n=n), [x], dtype,
+                       (kind, inverse, n))
 
 
 def _fft_fake(x, kind="c2c", inverse=False, n=None):
@@ -377,10 +482,15 @@ _functorch_level = torch._C._functorch.peek_interpreter_stack
 
 def _call(op: str, args: tuple, tensors: tuple):
     """``op(*args)`` by the cheapest route that is correct for this call (see above)."""
-    if torch.compiler.is_compiling() or _dispatch_depth() or _function_modes() or _functorch_level() is not None \
-            or any(t is not None and type(t) not in _PLAIN for t in tensors):
+    grad = False
+    for t in tensors:  # (a loop, not any(): a generator is a Python call per tensor on a path of microseconds)
+        if t is not None:
+            if type(t) not in _PLAIN:
+                return getattr(torch.ops.arbiter, op)(*args)
+            grad = grad or t.requires_grad
+    if torch.compiler.is_compiling() or _dispatch_depth() or _function_modes() or _functorch_level() is not None:
         return getattr(torch.ops.arbiter, op)(*args)
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
+    if grad and torch.is_grad_enabled():
         spec, flat = _flatten(args)
         return _Arbitrated.apply(op, spec, *flat)
     return IMPL[op](*args)

@@ -138,11 +138,35 @@ class Backend:
         if self._admin is None:
             return
         from sqlalchemy import text
+        from sqlalchemy.exc import DBAPIError
 
         with self._admin.connect() as conn:
             for name in self._made:  # FORCE: a store the test left open still holds connections
-                conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+                try:
+                    conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+                except DBAPIError:
+                    # A server whose role cannot end an autovacuum worker (no pg_signal_backend): a plain DROP
+                    # signals the worker itself and waits for it; the test's own connections are closed by now.
+                    conn.rollback()
+                    _drop_when_free(conn, name)
         self._admin.dispose()
+
+
+def _drop_when_free(conn, name: str) -> None:
+    import time
+
+    from sqlalchemy import text
+    from sqlalchemy.exc import DBAPIError
+
+    for attempt in range(10):
+        try:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}"'))
+            return
+        except DBAPIError:
+            conn.rollback()
+            if attempt == 9:
+                raise
+            time.sleep(0.5)
 
 
 def _null_pool():

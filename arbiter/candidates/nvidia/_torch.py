@@ -72,10 +72,12 @@ def deliver(region, y):
     if region.out is not None:
         out_tensor(region).copy_(y)
         return region.out
+    if region.torch_in is not None:
+        return y  # a torch caller's (its CUDA tensors, or its CPU tensors on arbiter.torch's fast path)
     if region.target == "cpu":
         return y.numpy()
-    if region.torch_in is not None or targets.get("nvidia").arrays == "torch":  # type: ignore[attr-defined]
-        return y  # a torch caller's, or the target's own array type (no CuPy)
+    if targets.get("nvidia").arrays == "torch":  # type: ignore[attr-defined]
+        return y  # the target's own array type (no CuPy)
     from arbiter.targets.nvidia import cupy_view
 
     return cupy_view(y)
