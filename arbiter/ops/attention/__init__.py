@@ -38,4 +38,5 @@ SUITE: tuple[tuple[dict, str, dict], ...] = (
 
 # At large shapes the gate checks sampled query rows of every head against the oracle's reference of those rows.
 KIND = OpKind("attention", regions.Attention, oracle, families=FAMILIES, suite=SUITE, rows_oracle=oracle,
-              torch_reference="arbiter.ops.attention.torch_ref:ref_attention")
+              torch_reference="arbiter.ops.attention.torch_ref:ref_attention",
+              gate_version=2)  # 2: large shapes checked on random full tiles / each head's own rows (issue 38 item 6)
