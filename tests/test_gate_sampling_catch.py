@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from arbiter import verify
-from arbiter.oracles.budgets import budget_for
 from arbiter.ops.kind import op_kind
+from arbiter.oracles.budgets import budget_for
 from arbiter.regions import Attention, Gated, Matmul
 from arbiter.verify import check_output
 
