@@ -158,7 +158,8 @@ def markdown() -> str:
              "| softmax | a NaN or +Inf in a row makes the whole row NaN (x - max is NaN there) | -inf entries get 0; "
              "a leading, trailing or all-but-one masked block is an ordinary row; a fully masked row is NaN in "
              "every element (0/0: the row has no distribution; NumPy's and torch.softmax's answer) | rows with zero "
-             "first and last elements |",
+             "first and last elements; finfo.min additive masks (`masked_fill(mask, finfo.min)`) are finite "
+             "logits: masked entries get 0 (exp underflows) and a fully padded row is uniform, 1/cols, not NaN |",
              "| rmsnorm | a NaN makes its row NaN; an Inf row is 0 at finite elements and NaN at the Inf (x / inf), "
              "or NaN in every element (rules 6: a row the oracle makes NaN anywhere may be NaN throughout; torch's "
              "CUDA rms_norm fills it, and the row is non-finite either way) | - | rows with zero first and last "

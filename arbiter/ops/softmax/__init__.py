@@ -31,4 +31,5 @@ SUITE: tuple[tuple[dict, str, dict], ...] = (
 
 KIND = OpKind("softmax", regions.Softmax, oracle, families=FAMILIES, suite=SUITE, sub_rows=sub_rows,
               row_count=row_count, row_pieces=softmax_pieces, work=rows.work, work_text=rows.WORK_TEXT,
-              torch_reference="arbiter.ops.softmax.torch_ref:ref_softmax")
+              torch_reference="arbiter.ops.softmax.torch_ref:ref_softmax",
+              gate_version=2)  # 2: the finfo_min_mask family (issue 38 item 5)

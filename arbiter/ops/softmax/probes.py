@@ -67,6 +67,26 @@ def _masked_blocks(region, rng):
     write_x(region, host)
 
 
+def _finfo_min_mask(region, rng):
+    """Additive masks of the dtype's most negative finite value (what ``masked_fill(mask, finfo.min)`` and HF's
+    extended attention masks put in the logits, instead of -inf): half the entries of most rows, a leading block,
+    and fully padded rows, whose answer is uniform (1/cols: every logit is the same finite number), not NaN."""
+    host, rows_view = host_rows(region)
+    n, cols = rows_view.shape
+    lowest = -3.3895313892515355e38 if region.dtype == "bfloat16" else float(np.finfo(region.dtype).min)
+    for r in range(n):
+        kind = r % 4
+        if r == n - 1 or (kind == 3 and rng.random() < 0.5):
+            rows_view[r, :] = lowest  # a fully padded row (the last one always)
+        elif kind == 2 and cols > 1:
+            rows_view[r, : int(rng.integers(1, cols))] = lowest  # left padding
+        else:
+            mask = rng.random(cols) < 0.5
+            mask[int(rng.integers(0, cols))] = False
+            rows_view[r, mask] = lowest
+    write_x(region, host)
+
+
 FAMILIES = (
     Family("large_logits", ("softmax",),
            "rows offset by up to +-1.5x the dtype's exp range (ln max: 88.7 float32, 11.1 float16), spread up to "
@@ -83,4 +103,9 @@ FAMILIES = (
            "see Special values); catches an online softmax whose running max starts at -inf without a guard",
            _masked_blocks, targets=VERIFIED_ON),
     rows.zero_ends("softmax"),
+    Family("finfo_min_mask", ("softmax",),
+           "additive masks at the dtype's most negative finite value (finfo.min, as masked_fill writes them): half "
+           "the entries, leading blocks, and fully padded rows whose answer is 1/cols; catches a running max "
+           "started at a finite 'minus infinity' (-1e30) and a test for masked entries by value",
+           _finfo_min_mask),
 )
