@@ -20,9 +20,14 @@ key and environment), with the real call's shape and reason (``AUDIT_PREFIX``); 
 served by the next solution that passes (the stored winner now fails its gate). ``arbiter stats``,
 ``arbiter explain`` and ``arbiter report`` show the failed verdict.
 
-The budget of a real call is the loosest the gate allows on any of the op's value families (the caller's data
-may look like any of them), or the candidate's declared one. A call that declined (``Fallback``) is not
-audited: its stand-in served it. Torch callers' calls (``region.torch_in``) and calls under
+The budget of a real call is that of the value family its data belongs to (``OpKind.call_budget``: a layernorm
+call by its rows' condition number, an attention call by a bound on its scores; every other op's families share
+the op's budget), or the candidate's declared one. Beside the oracle, a sampled call is checked for what the call
+itself shows: the calling thread's floating-point environment as it was before (``arbiter.fpenv``; a change is
+put back at once), and, without ``out=``, an output that does not reuse the memory of the output the caller kept
+from the previous sampled call (a pooled buffer). The first call of every exact shape a route serves is sampled
+too. The checker thread computes the oracle under the default floating-point environment. A call that declined
+(``Fallback``) is not audited: its stand-in served it. Torch callers' calls (``region.torch_in``) and calls under
 ``ARBITER_DISABLE`` are not audited.
 """
 from __future__ import annotations
@@ -34,12 +39,13 @@ import queue
 import random
 import threading
 import time
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from arbiter import oracles, probes, targets, verify
+from arbiter import fpenv, oracles, targets, verify
 from arbiter.candidates import Fallback
 from arbiter.ops import op_kind
 from arbiter.oracles import array_module
@@ -113,35 +119,74 @@ def _gap(rng: random.Random, rate: float) -> int:
     return 1 + int(math.log(1.0 - rng.random()) / math.log(1.0 - rate))
 
 
+SHAPES = 4096  # exact shapes a route remembers as checked (a bucket's sizes; beyond, it starts again)
+
+
 def _sampler(route, run, rate: float, table: dict, store_of):
-    """A route's ``run`` under audit: every call runs ``run``; about one in ``1/rate`` is also checked. A closure,
-    not an object with ``__call__``: an unsampled call costs about 80 ns over ``run`` instead of 180."""
+    """A route's ``run`` under audit: every call runs ``run``; about one in ``1/rate`` is also checked, and so is
+    the first call of every exact shape the route serves (a bucket spans many; the gate probed a few). A closure,
+    not an object with ``__call__``: an unsampled call costs about 0.3 µs over ``run`` (the shape lookup)."""
     rng = random.Random()
     left = _gap(rng, rate)
+    seen: set = set()
+    kept: list = [None]  # a weak reference to the output the caller got from the last sampled call without out=
 
     def audited(region, params):
         nonlocal left
         left -= 1
-        if left > 0:
+        shape = tuple(region.dims.values())
+        if left > 0 and shape in seen:
             return run(region, params)
-        left = _gap(rng, rate)
-        return _sampled(route, run, region, params, table, store_of)
+        new = shape not in seen
+        if not new:
+            left = _gap(rng, rate)
+        result, queued = _sampled(route, run, region, params, table, store_of, kept)
+        if new and queued:  # a shape whose sample was dropped (queue full) is sampled again on its next call
+            if len(seen) >= SHAPES:
+                seen.clear()
+            seen.add(shape)
+        return result
 
     return audited
 
 
-def _sampled(route, run, region, params, table: dict, store_of):
-    """Run one sampled call: its inputs copied before (``out=`` may overwrite one), its output after, both queued."""
+def _sampled(route, run, region, params, table: dict, store_of, kept: list) -> tuple[Any, bool]:
+    """(the result, whether its check was queued) of one sampled call: its inputs copied before (``out=`` may
+    overwrite one), its output after, both queued; the thread's floating-point environment read before and after;
+    an output that reuses the memory of the one the caller kept from the previous sampled call (a pooled buffer
+    handed out twice) is a failure of its own."""
     counts.sampled += 1
     pristine = verify.pristine_copy(region)
-    result = run(region, params)
+    # The kernel runs under the default environment, so one that sets flush-to-zero at every call is seen even
+    # where an unsampled call of it left the thread so; the caller's environment is put back right after.
+    env = fpenv.capture()
+    clean = fpenv.make_default() == "" if env.state != fpenv.DEFAULT else True
+    try:
+        result = run(region, params)
+    finally:
+        after = fpenv.state()
+        fpenv.changed(env)
     if type(result) is Fallback:
-        return result
+        return result, True
+    found = fpenv.DEFAULT.differences(after) if clean and after != fpenv.DEFAULT else ""
+    reason = f"left the calling thread's floating-point environment changed ({found})" if found else ""
+    if region.out is None:
+        earlier = kept[0]() if kept[0] is not None else None
+        if earlier is not None and not reason and verify.may_share(result, earlier):
+            reason = ("returned the memory of the output it gave an earlier call without out= (a pooled buffer): "
+                      "the caller's earlier result changes under it")
+        kept[0] = _weak(result)
     y = _copy_out(region, result)
     # the copies were queued on the caller's stream; the checker uses its own (a no-op on the host)
     targets.get(region.target).synchronize()
-    _submit(_Job(route, params, pristine, y, table, store_of()))
-    return result
+    return result, _submit(_Job(route, params, pristine, y, table, store_of(), reason))
+
+
+def _weak(result):
+    try:
+        return weakref.ref(result)
+    except TypeError:  # an array type without weak references: nothing kept
+        return None
 
 
 def _copy_out(region, result):
@@ -159,6 +204,7 @@ class _Job:
     y: Any
     table: dict
     store: Any
+    found: str = ""  # what the call itself showed (its floating-point environment, a pooled output): no oracle needed
 
 
 _queue: queue.Queue[_Job] = queue.Queue(QUEUE)
@@ -166,7 +212,8 @@ _worker: threading.Thread | None = None
 _worker_lock = threading.Lock()
 
 
-def _submit(job: _Job) -> None:
+def _submit(job: _Job) -> bool:
+    """Queue ``job`` for the checker thread; False when the queue is full (the sample is dropped, counted)."""
     global _worker
     if _worker is None:
         with _worker_lock:
@@ -177,9 +224,16 @@ def _submit(job: _Job) -> None:
         _queue.put_nowait(job)
     except queue.Full:
         counts.dropped += 1
+        return False
+    return True
 
 
 def _work() -> None:
+    # The oracle runs under the C default environment: this thread inherited its creator's, which a kernel may have
+    # left with flush-to-zero on (it would agree with that kernel's flushed outputs).
+    left = fpenv.make_default()
+    if left:
+        log.warning("arbiter audit: could not clear the checker thread's floating-point environment (%s)", left)
     while True:
         job = _queue.get()
         try:
@@ -202,15 +256,16 @@ def drain(timeout: float = 60.0) -> bool:
     return True
 
 
-def real_budget(candidate, op: str, dtype: str) -> tuple[Budget, bool]:
-    """The budget a real call is held to: the candidate's declared one, or the loosest of the op's families'."""
-    budget, looser = verify.budget_of(candidate, op, dtype)
+def real_budget(candidate, region) -> tuple[Budget, bool]:
+    """The budget a real call is held to: the candidate's declared one, else the budget of the value family its
+    data belongs to (``OpKind.call_budget``: layernorm by its rows' condition, attention by its scores' bound),
+    else the op's. Not the loosest of the families': layernorm's large_offset budget (3000x) let a mean that
+    misses constant rows by 59x the op's budget through."""
+    budget, looser = verify.budget_of(candidate, region.op, region.dtype)
     if looser:
         return budget, True
-    for fam in probes.families(op):
-        b = fam.budget_for(op, dtype)
-        budget = Budget(max(budget.rel_fro, b.rel_fro), max(budget.atol, b.atol), max(budget.rtol, b.rtol))
-    return budget, False
+    hook = op_kind(region.op).call_budget
+    return (budget if hook is None else hook(region, budget)), False
 
 
 def compare_call(region, y, budget: Budget) -> tuple[str, float, float]:
@@ -236,8 +291,8 @@ def check(job: _Job) -> Verdict | None:
     route out of the table. Returns the failed verdict, or None when the call was right."""
     start = time.perf_counter()
     route, region = job.route, job.pristine
-    budget, looser = real_budget(route.candidate, region.op, region.dtype)
-    reason, rel, excess = compare_call(region, job.y, budget)
+    budget, looser = real_budget(route.candidate, region)
+    reason, rel, excess = (job.found, math.nan, math.inf) if job.found else compare_call(region, job.y, budget)
     counts.checked += 1
     if not reason:
         return None

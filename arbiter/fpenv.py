@@ -92,3 +92,20 @@ def changed(before: Saved) -> str:
     if lib is not None and before.raw is not None:
         lib.fesetenv(before.raw)
     return before.state.differences(now)
+
+
+DEFAULT = State(False, False, "nearest")  # the C default: what a process starts with
+
+
+def make_default() -> str:
+    """Put the calling thread's environment to the C default (no flush-to-zero or denormals-are-zero, rounding to
+    nearest) where it is not, through glibc's ``fesetenv(FE_DFL_ENV)``; "" when it is the default now, else what
+    is still set. The audit's checker thread computes the oracle under it: a thread inherits its creator's
+    environment, and a kernel may have left flush-to-zero on the thread that started it."""
+    if state() == DEFAULT:
+        return ""
+    lib = _libm()
+    if lib is not None:
+        lib.fesetenv(ctypes.c_void_p(-1))  # FE_DFL_ENV on glibc: ((const fenv_t *) -1)
+    now = state()
+    return "" if now == DEFAULT else DEFAULT.differences(now)

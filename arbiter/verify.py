@@ -1166,12 +1166,12 @@ def _plain_call(candidate, params, fresh, target, label: str) -> tuple[str, Any]
         return (f"at {label}: returned shape {tuple(getattr(result, 'shape', ()))}, the output is "
                 f"{tuple(fresh.output_shape())}"), None
     for name, arr in fresh.operands().items():
-        if _overlap(result, arr):
+        if may_share(result, arr):
             return f"at {label}: returned memory of its input {name!r} as the output", None
     return "", result
 
 
-def _overlap(a, b) -> bool:
+def may_share(a, b) -> bool:
     """Whether two NumPy or CuPy arrays may share memory (their bounds overlap: no exact solve)."""
     if not (_native(a) and _native(b)) or array_module(a) is not array_module(b):
         return False
@@ -1268,7 +1268,7 @@ def _context(candidate, params, region, target, draw, labelled, judge, probed) -
         reason, y_later = _plain_call(candidate, params, later, target, label)
     if reason:
         return reason
-    if _overlap(y_kept, y_later):
+    if may_share(y_kept, y_later):
         return (f"at {label}: returned the same memory for two calls (a pooled output): the result a caller "
                 "kept from the first call changed under it")
     for fresh, pristine, y, why in ((kept, kept_pristine, y_kept, "the first call's result, read after the "

@@ -16,6 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # temporary folder. fleet_scale defaults to a fresh PostgreSQL database: here a SQLite file keeps it self-contained.
 BENCHMARKS = {
     "attention_tc.py": ([], "attention_tc.md", True),
+    "audit_catch.py": ([], "audit_catch.md", False),
     "audit_overhead.py": ([], "audit_overhead.md", False),
     "cpu_ops_suite.py": ([], "cpu_ops.md", False),
     "cpu_peers.py": ([], "cpu_peers.md", False),

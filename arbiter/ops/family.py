@@ -50,11 +50,15 @@ class Family:
         return self.budget(op, dtype) if self.budget is not None else budget_for(op, dtype)
 
 
+def scaled(b: Budget, f: float) -> Budget:
+    """``b`` times ``f``, capped at rel_fro 0.1, atol and rtol 1."""
+    return Budget(rel_fro=min(b.rel_fro * f, 1e-1), atol=min(b.atol * f, 1.0), rtol=min(b.rtol * f, 1.0))
+
+
 def scaled_budget(factor: Callable[[str], float]) -> Callable[[str, str], Budget]:
-    """A family budget: the op's budget times ``factor(dtype)``, capped at rel_fro 0.1, atol and rtol 1."""
+    """A family budget: the op's budget times ``factor(dtype)`` (``scaled``)."""
     def budget(op: str, dtype: str) -> Budget:
-        b, f = budget_for(op, dtype), factor(dtype)
-        return Budget(rel_fro=min(b.rel_fro * f, 1e-1), atol=min(b.atol * f, 1.0), rtol=min(b.rtol * f, 1.0))
+        return scaled(budget_for(op, dtype), factor(dtype))
     return budget
 
 

@@ -51,6 +51,10 @@ class OpKind:
     # linear one), or (region, query rows) -> the oracle's reference of those rows along the output's axis -2.
     product: Callable[[Any], Product] | None = None
     rows_oracle: Callable | None = None
+    # (region, the op's budget) -> the budget a real call with these operands is held to by the audit: the
+    # budget of the value family its data belongs to (a family with a looser budget of its own matches only data
+    # like its own). None: the op's budget (every family of the op has it).
+    call_budget: Callable | None = None
     # Row ops whose output is too large for one float64 reference: (region, i0, i1) -> (the region restricted to
     # output rows i0:i1, the output index of those rows) or None; the number of such rows; and, for rows too long
     # to hold in float64 at once, (region, step) -> the reference a piece at a time (``oracles.long_rows``).

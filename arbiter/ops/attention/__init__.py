@@ -4,8 +4,9 @@ from __future__ import annotations
 import math
 
 from arbiter import regions
-from arbiter.ops.family import Family, exp_range, scaled_budget
+from arbiter.ops.family import Family, exp_range, scaled, scaled_budget
 from arbiter.ops.kind import OpKind
+from arbiter.oracles import array_module
 from arbiter.oracles.attention import oracle
 
 
@@ -31,6 +32,18 @@ FAMILIES = (
            "the op's budget x the exp range (88.7 float32): scores near it carry ~88x the rounding error"),
 )
 
+def call_budget(region, budget):
+    """A real call's budget (the audit): the op's, times a bound on its largest score ``|scale| max|q_i| max|k_j|``
+    (Cauchy-Schwarz) up to the ``large_logits`` family's exp range: rounding error in softmax grows with the scores'
+    magnitude, and benign scores (|s| <= 1) are held to the op's budget."""
+    if not region.q.size or not region.k.size:
+        return budget
+    xp = array_module(region.q)
+    qn = float(xp.sqrt((region.q.astype(xp.float64) ** 2).sum(axis=-1)).max())
+    kn = float(xp.sqrt((region.k.astype(xp.float64) ** 2).sum(axis=-1)).max())
+    return scaled(budget, min(max(abs(region.scale) * qn * kn, 1.0), exp_range(region.dtype)))
+
+
 SUITE: tuple[tuple[dict, str, dict], ...] = (
     ({"batch": 1, "heads": 4, "q": 128, "k": 128, "d": 64}, "float32", {"causal": "1"}),
     ({"batch": 2, "heads": 2, "q": 1, "k": 300, "d": 64}, "float32", {}),
@@ -38,5 +51,6 @@ SUITE: tuple[tuple[dict, str, dict], ...] = (
 
 # At large shapes the gate checks sampled query rows of every head against the oracle's reference of those rows.
 KIND = OpKind("attention", regions.Attention, oracle, families=FAMILIES, suite=SUITE, rows_oracle=oracle,
+              call_budget=call_budget,
               torch_reference="arbiter.ops.attention.torch_ref:ref_attention",
               gate_version=2)  # 2: large shapes checked on random full tiles / each head's own rows (issue 38 item 6)
