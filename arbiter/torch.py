@@ -45,12 +45,14 @@ custom op.
 from __future__ import annotations
 
 import importlib
+import operator
 from collections.abc import Callable
 from types import FunctionType, MethodType
 from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch.library import custom_op
 
 import arbiter
@@ -110,7 +112,7 @@ def _arbitrated(op: str, make_region, tensors: list, result_dtype, attrs: tuple 
         work = torch.float32 if first.dtype == torch.bfloat16 else None
         sig = None
         if work is None and attrs is not None:
-            sig = (op, attrs, *[None if t is None else (t.shape, t.stride(), t.dtype) for t in tensors])
+            sig = _signature(op, attrs, tensors)
             found = _on_tensors.get(sig)
             if found is not None:
                 y = found(tensors)
@@ -138,6 +140,11 @@ def _arbitrated(op: str, make_region, tensors: list, result_dtype, attrs: tuple 
     if not out.is_contiguous():  # a candidate that kept its input's layout: the fakes say C-contiguous
         out = out.contiguous()
     return out.to(result_dtype) if out.dtype != result_dtype else out
+
+
+def _signature(op: str, attrs: tuple, tensors) -> tuple:
+    """A CPU call's signature: the op, its other arguments, each tensor's shape, strides and dtype (None: absent)."""
+    return (op, attrs, *[None if t is None else (t.shape, t.stride(), t.dtype) for t in tensors])  # (Size: a tuple)
 
 
 class _TensorCall:
@@ -170,6 +177,7 @@ class _OnTensors:
 
     def __init__(self):
         self.entries: dict[tuple, Any] = {}
+        self.routes: dict[tuple, Any] = {}  # the signature's (key id, route) as last served (torch.compile)
 
     def get(self, sig):
         return self.entries.get(sig)
@@ -178,7 +186,9 @@ class _OnTensors:
         route = dispatch.route(region.key, torch_caller=True)
         if len(self.entries) >= 4096:  # shapes seen once (a growing sequence): start again, never grow
             self.entries.clear()
+            self.routes.clear()
         candidate = None if route is None else route.candidate
+        self.routes[sig] = (region.key.id, route)
         if route is None or candidate is None or not route.native or region.nd_shape is not None \
                 or region.out is not None or getattr(route.run, "__self__", None) is not candidate:  # audited
             self.entries[sig] = None
@@ -468,6 +478,80 @@ def _register(op: str):
 
 CUSTOM_OPS = {op: _register(op) for op in IMPL}
 
+# -- torch.compile: the winner traced -------------------------------------------------------------------
+# Under torch.compile an op whose key's winner, for the traced shapes, strides and dtypes of CPU tensors, is torch's
+# own kernel is traced as that kernel's torch code (``TRACED``), so Inductor compiles and fuses it as it would in the
+# plain model. The decision is made when the op is traced (``_decided_native``, run eagerly by dynamo: a key not
+# decided yet is decided then, on random tensors of the traced layout, as its first eager call would decide it) and
+# holds for the compiled graph: dynamo recompiles on another shape or stride, and a re-decision later does not
+# reach code already compiled. The traced op's sizes are specialized: a size dynamo made dynamic after a recompile
+# becomes static there again, so each new size compiles its own graph (up to dynamo's recompile limit); under
+# ``torch.compile(dynamic=True)`` the op stays opaque. Any other winner (NumPy, numba), CUDA tensors, bfloat16 on
+# the CPU and pointwise chains stay the opaque ``torch.ops.arbiter`` op, dispatched at run time. What the gate
+# verified is torch's eager kernel for the key; the code Inductor generates from the traced formulation is torch's
+# compiler's (docs/architecture.md, "torch.compile").
+
+def _traced_attention(q, k, v, causal, scale):
+    return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
+
+
+def _traced_rmsnorm(x, weight, eps):
+    return F.rms_norm(x, (x.shape[-1],), weight, eps)
+
+
+TRACED: dict[str, Callable] = {**REFERENCE, "attention": _traced_attention, "rmsnorm": _traced_rmsnorm}
+_TRACEABLE = ("matmul", "softmax", "rmsnorm", "layernorm", "attention", "gated", "fft")
+
+
+def _sig_parts(op: str, args: tuple) -> tuple[list, tuple]:
+    """(the tensors, the other arguments) of ``op(*args)`` as ``_arbitrated`` sees them (``IMPL``'s reshapes)."""
+    if op == "matmul":
+        a, b, bias, residual, activation = args
+        return [_rows2d(a, a.shape[-1]), b, bias, _rows2d(residual, b.shape[-1])], (activation,)
+    if op == "gated":
+        return [_rows2d(args[0], args[0].shape[-1]), args[1], args[2]], ()
+    n = {"softmax": 1, "rmsnorm": 2, "layernorm": 3, "attention": 3, "fft": 1}[op]
+    return list(args[:n]), tuple(args[n:])
+
+
+@torch._dynamo.assume_constant_result
+def _decided_native(op: str, descs: tuple, others: tuple) -> bool:
+    """Whether ``op`` is served by torch's own kernel on tensors laid out as ``descs`` ((shape, strides, dtype) per
+    tensor argument), its arguments in order being ``others`` (("t", index into descs) or ("v", the value)): run
+    by dynamo, eagerly, when it traces the op."""
+    with torch.no_grad():
+        real = [torch.empty_strided(d[0], d[1], dtype=d[2]).normal_() for d in descs]
+        args = tuple(real[value] if kind == "t" else value for kind, value in others)
+        tensors, attrs = _sig_parts(op, args)
+        sig = _signature(op, attrs, tensors)
+        known = _on_tensors.routes.get(sig)
+        if known is None or known[1] is None or dispatch.route(known[0], torch_caller=True) is not known[1]:
+            IMPL[op](*args)  # the decision its first eager call would make (the gate draws its own probes)
+            known = _on_tensors.routes.get(sig)
+        route = None if known is None else known[1]
+        return route is not None and route.candidate is not None and bool(route.native)
+
+
+def _compiled(op: str, args: tuple):
+    """``op(*args)`` under torch.compile: the winner's torch code where it is torch's kernel, else the custom op."""
+    if op in _TRACEABLE and torch._dynamo.config.assume_static_by_default:  # (False under dynamic=True)
+        descs: list[tuple] = []
+        others: list[tuple] = []
+        for arg in args:
+            if isinstance(arg, torch.Tensor):
+                if arg.device.type != "cpu" or arg.dtype == torch.bfloat16:
+                    break
+                others.append(("t", len(descs)))  # (operator.index: an automatically dynamic size is specialized)
+                descs.append((tuple(operator.index(v) for v in arg.shape),
+                              tuple(operator.index(v) for v in arg.stride()), arg.dtype))
+            else:
+                others.append(("v", arg))
+        else:
+            if _decided_native(op, tuple(descs), tuple(others)):
+                return TRACED[op](*args)
+    return getattr(torch.ops.arbiter, op)(*args)
+
+
 # -- the public calls -----------------------------------------------------------------------------------
 # torch's dispatcher and a custom op's autograd wrapper cost about 100 µs a call on the CPU, several times a
 # small op's own work. An eager call on plain tensors (no compile, no tracing or dispatch mode, no functorch
@@ -504,7 +588,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None,
     its bias, and the activation and residual run in torch: the backward pass needs the pre-activation, which a
     fused kernel does not keep (recomputing it would cost one more GEMM)."""
     if torch.compiler.is_compiling():
-        return torch.ops.arbiter.matmul(a, b, bias, residual, activation)
+        return _compiled("matmul", (a, b, bias, residual, activation))
     tensors = (a, b, bias, residual)
     if activation != "none" and torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors) \
             and not (_dispatch_depth() or _function_modes() or _functorch_level() is not None) \
@@ -518,14 +602,14 @@ def matmul(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None,
 def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """Softmax of ``x`` along ``dim``."""
     if torch.compiler.is_compiling():
-        return torch.ops.arbiter.softmax(x, dim)
+        return _compiled("softmax", (x, dim))
     return _call("softmax", (x, dim), (x,))
 
 
 def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     """RMSNorm of ``x [..., N]`` over its last dimension, times ``weight [N]``."""
     if torch.compiler.is_compiling():
-        return torch.ops.arbiter.rmsnorm(x, weight, eps)
+        return _compiled("rmsnorm", (x, weight, eps))
     return _call("rmsnorm", (x, weight, eps), (x, weight))
 
 
@@ -533,7 +617,7 @@ def layernorm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None =
               eps: float = 1e-5) -> torch.Tensor:
     """LayerNorm of ``x [..., N]`` over its last dimension (biased variance), times ``weight``, plus ``bias``."""
     if torch.compiler.is_compiling():
-        return torch.ops.arbiter.layernorm(x, weight, bias, eps)
+        return _compiled("layernorm", (x, weight, bias, eps))
     return _call("layernorm", (x, weight, bias, eps), (x, weight, bias))
 
 
@@ -541,21 +625,21 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
               scale: float | None = None) -> torch.Tensor:
     """Scaled dot-product attention on ``[batch, heads, len, d]`` tensors (any strides)."""
     if torch.compiler.is_compiling():
-        return torch.ops.arbiter.attention(q, k, v, causal, scale)
+        return _compiled("attention", (q, k, v, causal, scale))
     return _call("attention", (q, k, v, causal, scale), (q, k, v))
 
 
 def gated(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor) -> torch.Tensor:
     """``silu(x @ w_gate) * (x @ w_up)``; ``x`` is ``[..., K]`` (leading dimensions are rows)."""
     if torch.compiler.is_compiling():
-        return torch.ops.arbiter.gated(x, w_gate, w_up)
+        return _compiled("gated", (x, w_gate, w_up))
     return _call("gated", (x, w_gate, w_up), (x, w_gate, w_up))
 
 
 def fft(x: torch.Tensor, kind: str = "c2c", inverse: bool = False, n: int | None = None) -> torch.Tensor:
     """1-D FFT over the last dimension (``kind`` c2c or r2c; ``inverse`` for c2r)."""
     if torch.compiler.is_compiling():
-        return torch.ops.arbiter.fft(x, kind, inverse, n)
+        return _compiled("fft", (x, kind, inverse, n))
     return _call("fft", (x, kind, inverse, n), (x,))
 
 
