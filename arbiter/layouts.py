@@ -10,7 +10,8 @@ residual included), as a short token ``<class><rank>[detail]``:
 ``T``  reversed axis order with gaps (a transposed padded matrix: ``W[:, :K].T``)
 ``M``  any other axis order (``M4o0213d``: a ``[B, S, H, D]`` buffer seen as ``[B, H, S, D]``; the digits are
        the logical axes from the outermost physical one; ``d`` dense)
-``S``  no unit stride at all (``x[:, ::2]``) or negative strides
+``S``  no unit stride at all (``x[:, ::2]``)
+``N``  negative strides on the listed axes (``N2n1``: ``x[:, ::-1]``), probed as a reversed view of dense data
 ``B``  broadcast: a zero stride on an axis of extent > 1 (``B2z0``: a residual broadcast over rows)
 ====== ===========================================================================================
 
@@ -74,8 +75,9 @@ def token(array) -> str:
         return f"B{rank}z" + "".join(str(i) for i in zero)
     if not live:
         return f"R{rank}"
-    if any(strides[i] < 0 for i in live):
-        return f"S{rank}"
+    negative = [i for i in live if strides[i] < 0]
+    if negative:  # x[:, ::-1]: the probes reverse the same axes (a kernel may read |stride| from the pointer)
+        return f"N{rank}n" + "".join(str(i) for i in negative)
     order = sorted(live, key=lambda i: -strides[i])  # physical order, outermost first
     if strides[order[-1]] != item:
         return f"S{rank}"
@@ -231,6 +233,9 @@ def place(values, tok: str, shift: bool, poison=np.nan):
     shape = _ranked_shape(tuple(values.shape), _rank(tok), flip=shift)
     values = values.reshape(shape)
     item = values.dtype.itemsize
+    if kind == "N":  # a dense copy of the values reversed on the axes, seen reversed again: negative strides there
+        flipped = tuple(a for a in (int(c) for c in tok.split("n", 1)[1]) if a < len(shape))
+        return xp.flip(place(xp.flip(values, axis=flipped), f"R{len(shape)}", shift, poison), axis=flipped)
     if kind == "B":
         axes = [int(c) for c in tok.split("z", 1)[1]]
         index = tuple(slice(0, 1) if i in axes else slice(None) for i in range(len(shape)))

@@ -45,6 +45,7 @@ custom op.
 from __future__ import annotations
 
 import importlib
+import math
 import operator
 from collections.abc import Callable
 from types import FunctionType, MethodType
@@ -544,8 +545,10 @@ def _compiled(op: str, args: tuple):
                 others.append(("t", len(descs)))  # (operator.index: an automatically dynamic size is specialized)
                 descs.append((tuple(operator.index(v) for v in arg.shape),
                               tuple(operator.index(v) for v in arg.stride()), arg.dtype))
-            else:
-                others.append(("v", arg))
+            else:  # an int or float argument dynamo made dynamic after a recompile is specialized too (index and
+                # fsum are evaluated by dynamo on the value, float() is not)
+                others.append(("v", operator.index(arg) if type(arg) is int
+                               else math.fsum((arg,)) if type(arg) is float else arg))
         else:
             if _decided_native(op, tuple(descs), tuple(others)):
                 return TRACED[op](*args)
