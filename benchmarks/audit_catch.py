@@ -20,12 +20,9 @@ registries) and the median and maximum are reported. Classes:
 from __future__ import annotations
 
 import argparse
-import ctypes
-import ctypes.util
 import datetime
 import platform
 import statistics
-import struct
 import sys
 from pathlib import Path
 
@@ -33,107 +30,16 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))  # the fault classes the audit's tests use (tests/audit_faults.py)
 
 import arbiter  # noqa: E402
-from arbiter import Candidate, Tier, audit, dispatch  # noqa: E402
+from arbiter import audit, dispatch  # noqa: E402
 from arbiter.candidates import REGISTRY  # noqa: E402
 from arbiter.regions import Softmax  # noqa: E402
 from arbiter.store import MemoryStore  # noqa: E402
+from audit_faults import Flushes, OneWidth, Pooled, Quantized, Stale, set_ftz  # noqa: E402
 
-ONSET = 200  # calls before a fault begins (the gate's own calls are fewer)
-
-
-def _softmax(x):
-    e = np.exp(x - x.max(axis=-1, keepdims=True))
-    return e / e.sum(axis=-1, keepdims=True)
-
-
-def _set_ftz(on: bool) -> None:
-    """x86-64 glibc: MXCSR's FTZ and DAZ bits in fenv_t (byte 28)."""
-    lib = ctypes.CDLL(ctypes.util.find_library("m") or "libm.so.6")
-    buf = ctypes.create_string_buffer(1024)
-    lib.fegetenv(buf)
-    raw = bytearray(buf.raw)
-    mxcsr = struct.unpack_from("<I", raw, 28)[0]
-    struct.pack_into("<I", raw, 28, (mxcsr | 0x8040) if on else (mxcsr & ~0x8040))
-    lib.fesetenv(ctypes.create_string_buffer(bytes(raw), 1024))
-
-
-class _Fault(Candidate):
-    target, op, tier, priority = "cpu", "softmax", Tier.HAND_TUNED, 100
-
-    def __init__(self):
-        self.calls, self.first_wrong, self.pool = 0, None, {}
-
-    def faulty(self, region) -> bool:
-        return self.calls > ONSET
-
-    def run(self, region, params):
-        self.calls += 1
-        out = region.out
-        if self.faulty(region):
-            if self.first_wrong is None:
-                self.first_wrong = self.calls
-            return self.wrong(region)
-        out = region.alloc_out()
-        out[...] = _softmax(region.x)
-        return out
-
-
-class Stale(_Fault):
-    name = "stale_after_n"
-
-    def wrong(self, region):
-        out = region.alloc_out()
-        out[...] = 0.0
-        return out
-
-
-class Quantized(_Fault):
-    name = "wrong_on_quantized"
-
-    def faulty(self, region):
-        x = region.x
-        return bool(np.all(x == np.round(x)))
-
-    def wrong(self, region):  # its exact-table path forgets to normalise
-        out = region.alloc_out()
-        out[...] = np.exp(region.x - region.x.max(axis=-1, keepdims=True))
-        return out
-
-
-class Pooled(_Fault):
-    name = "pooled_output"
-
-    def wrong(self, region):
-        if region.out is not None:
-            region.out[...] = _softmax(region.x)
-            return region.out
-        buf = self.pool.setdefault(region.x.shape, np.empty(region.x.shape, region.x.dtype))
-        buf[...] = _softmax(region.x)
-        return buf
-
-
-class Flushes(_Fault):
-    name = "flushes_to_zero"
-
-    def wrong(self, region):
-        _set_ftz(True)
-        out = region.alloc_out()
-        out[...] = _softmax(region.x)
-        return out
-
-
-class OneWidth(_Fault):
-    name = "wrong_at_one_width"
-
-    def faulty(self, region):
-        return region.x.shape[-1] == 777
-
-    def wrong(self, region):
-        out = region.alloc_out()
-        out[...] = _softmax(region.x) * 1.01
-        return out
+ONSET = Stale.after  # calls before a fault begins (the gate's own calls are fewer)
 
 
 def _inputs(cls, rng, i):
@@ -166,7 +72,7 @@ def calls_to_removal(cls, rate: float, seed: int, limit: int) -> int | None:
             audit.drain(30)
             arbiter.configure(audit=0.0)
             if cls is Flushes:
-                _set_ftz(False)
+                set_ftz(False)
 
 
 def main() -> int:

@@ -11,74 +11,17 @@ import numpy as np
 import pytest
 
 import arbiter
-from arbiter import Candidate, Tier, audit, dispatch
+from arbiter import audit, dispatch
 from arbiter.candidates import REGISTRY
 from arbiter.oracles.budgets import budget_for
 from arbiter.regions import Attention, LayerNorm, Softmax
-from test_gate_context import _set_ftz, x86_glibc
+from audit_faults import Flushes, OneWidth, Pooled, set_ftz, softmax
+from test_gate_context import x86_glibc
 from wrong_candidates import LayerNormUnshiftedMean
 
 
-def _softmax(x):
-    e = np.exp(x - x.max(axis=-1, keepdims=True))
-    return e / e.sum(axis=-1, keepdims=True)
-
-
-class _Later(Candidate):
-    """A right softmax for its first ``after`` calls (the gate's are far fewer), then ``fault``."""
-
-    target, op, tier, priority = "cpu", "softmax", Tier.HAND_TUNED, 100
-    after = 200
-
-    def __init__(self):
-        self.calls = 0
-
-    def run(self, region, params):
-        self.calls += 1
-        if self.calls > self.after:
-            return self.fault(region)
-        out = region.alloc_out()
-        out[...] = _softmax(region.x)
-        return out
-
-
-class StartsFlushingToZero(_Later):
+class StartsFlushingToZero(Flushes):
     name = "starts_flushing_to_zero"
-
-    def fault(self, region):
-        _set_ftz(True)  # and leaves it on: every later computation on the caller's thread flushes
-        out = region.alloc_out()
-        out[...] = _softmax(region.x)
-        return out
-
-
-class PooledOutput(_Later):
-    """After its first calls, hands back one buffer per shape when no out= is given."""
-
-    name = "pooled_output"
-
-    def __init__(self):
-        super().__init__()
-        self.pool = {}
-
-    def fault(self, region):
-        if region.out is not None:
-            region.out[...] = _softmax(region.x)
-            return region.out
-        buf = self.pool.setdefault(region.x.shape, np.empty(region.x.shape, region.x.dtype))
-        buf[...] = _softmax(region.x)
-        return buf
-
-
-class WrongAtOneWidth(Candidate):
-    """Wrong at 777 columns only: a width inside the (512, 1024] bucket that the gate's probes do not draw."""
-
-    name, target, op, tier, priority = "wrong_at_one_width", "cpu", "softmax", Tier.HAND_TUNED, 100
-
-    def run(self, region, params):
-        out = region.alloc_out()
-        out[...] = _softmax(region.x) * (1.01 if region.x.shape[-1] == 777 else 1.0)
-        return out
 
 
 def _builtin():
@@ -116,11 +59,11 @@ def test_a_kernel_that_starts_leaving_flush_to_zero_on_is_demoted(only_candidate
         assert not fpenv.state().flush_to_zero  # and the caller's thread was given its environment back
         assert any("floating-point environment changed (flush-to-zero on" in r.getMessage() for r in caplog.records)
     finally:
-        _set_ftz(False)
+        set_ftz(False)
 
 
 def test_a_pooled_output_handed_out_twice_is_demoted(only_candidates, caplog):
-    wrong = PooledOutput()
+    wrong = Pooled()
     only_candidates("cpu", "softmax", wrong, _builtin())
     arbiter.configure(audit=1.0)
     kept = []
@@ -132,11 +75,11 @@ def test_a_pooled_output_handed_out_twice_is_demoted(only_candidates, caplog):
     assert wrong.calls == wrong.after + 2  # the second pooled call shares the first one's memory
     assert any("pooled buffer" in r.getMessage() for r in caplog.records)
     np.testing.assert_allclose(arbiter.run_arbitrated("softmax", Softmax(_x(seed=1))),
-                               _softmax(_x(seed=1).astype(np.float64)), rtol=1e-5)
+                               softmax(_x(seed=1).astype(np.float64)), rtol=1e-5)
 
 
 def test_the_first_call_of_a_shape_the_gate_never_probed_is_checked(only_candidates):
-    only_candidates("cpu", "softmax", WrongAtOneWidth(), _builtin())
+    only_candidates("cpu", "softmax", OneWidth(), _builtin())
     arbiter.configure(audit=1e-9)  # practically never by chance: only the first call of each exact shape
     arbiter.run_arbitrated("softmax", Softmax(_x(1000)))
     assert audit.drain(30) and _served(Softmax(_x(1000))) == "wrong_at_one_width"
@@ -181,25 +124,15 @@ def _audit_off():
     arbiter.configure(audit=0.0)
 
 
-class FlushesEveryCall(_Later):
-    name = "flushes_every_call"
-
-    def fault(self, region):
-        _set_ftz(True)
-        out = region.alloc_out()
-        out[...] = _softmax(region.x)
-        return out
-
-
 @x86_glibc
 def test_a_kernel_flushing_at_every_call_is_seen_at_a_low_rate(only_candidates):
     """The first flushing call is rarely the sampled one: the sampled call runs under the default environment, so
     the kernel's own change is seen there too; the caller's environment (flushed by then) is given back as it was."""
-    wrong = FlushesEveryCall()
+    wrong = Flushes()
     only_candidates("cpu", "softmax", wrong, _builtin())
     arbiter.configure(audit=0.05)
     try:
-        assert _calls_until_demoted("flushes_every_call", lambda i: Softmax(_x()), 2000)
+        assert _calls_until_demoted("flushes_to_zero", lambda i: Softmax(_x()), 2000)
         assert wrong.calls > wrong.after  # served until its fault began, then demoted
     finally:
-        _set_ftz(False)
+        set_ftz(False)

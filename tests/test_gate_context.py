@@ -8,7 +8,6 @@ floating-point environment) tells it apart."""
 import ctypes
 import hashlib
 import platform
-import struct
 import threading
 import time
 
@@ -18,6 +17,7 @@ import pytest
 from arbiter import Candidate, Tier, fpenv
 from arbiter.regions import Matmul, Softmax
 from arbiter.verify import verify
+from audit_faults import set_ftz
 
 
 def _softmax(x, axis=-1):
@@ -154,18 +154,6 @@ class OneThreadPath(SoftmaxCtx):
         return self.right(region, out)
 
 
-def _set_ftz(on: bool):
-    """Flush-to-zero and denormals-are-zero on (or off) for this thread: x86-64 glibc's fenv_t holds MXCSR at
-    byte 28."""
-    lib = fpenv._libm()
-    buf = ctypes.create_string_buffer(1024)
-    lib.fegetenv(buf)
-    raw = bytearray(buf.raw)
-    mxcsr = struct.unpack_from("<I", raw, 28)[0]
-    struct.pack_into("<I", raw, 28, (mxcsr | 0x8040) if on else (mxcsr & ~0x8040))
-    lib.fesetenv(ctypes.create_string_buffer(bytes(raw), 1024))
-
-
 x86_glibc = pytest.mark.skipif(platform.machine() != "x86_64" or platform.system() != "Linux" or fpenv._libm() is None,
                                reason="flush-to-zero is set through x86-64 glibc's fenv_t here")
 
@@ -176,7 +164,7 @@ class LeavesFlushToZero(SoftmaxCtx):
     name = "leaves_flush_to_zero"
 
     def run(self, region, params):
-        _set_ftz(True)
+        set_ftz(True)
         return self.right(region, region.alloc_out())
 
 
@@ -224,7 +212,7 @@ class RestoresFlushToZero(SoftmaxCtx):
 
     def run(self, region, params):
         before = fpenv.capture()
-        _set_ftz(True)
+        set_ftz(True)
         try:
             return self.right(region, region.alloc_out())
         finally:

@@ -12,12 +12,13 @@ torch = pytest.importorskip("torch")
 import torch.nn.functional as F  # noqa: E402
 
 import arbiter.torch as at  # noqa: E402
-from arbiter import Candidate, Tier, dispatch  # noqa: E402
+from arbiter import dispatch  # noqa: E402
 from arbiter.regions import Softmax  # noqa: E402
+from softmax_support import numpy_only_softmax  # noqa: E402
 
 
-def _compiled(fn, *args):
-    """(fn compiled with fullgraph, the call targets of its captured graph)."""
+def _compiled(fn, *args, dynamic=None):
+    """(fn compiled with fullgraph, the call targets of its captured graphs)."""
     seen: list[str] = []
 
     def backend(gm, example_inputs):
@@ -25,7 +26,7 @@ def _compiled(fn, *args):
         return gm.forward
 
     torch._dynamo.reset()
-    return torch.compile(fn, backend=backend, fullgraph=True), seen
+    return torch.compile(fn, backend=backend, fullgraph=True, dynamic=dynamic), seen
 
 
 def _mlp():
@@ -71,21 +72,8 @@ def test_gradients_through_the_traced_winners_match_torch():
         torch.testing.assert_close(g, p.grad, rtol=1e-4, atol=1e-4)
 
 
-class NumPySoftmax(Candidate):
-    """Not torch's kernel: the compiled graph must keep the arbiter op, which dispatches to it at run time."""
-
-    name, target, op, tier, priority = "numpy_only_softmax", "cpu", "softmax", Tier.HAND_TUNED, 10
-
-    def run(self, region, params):
-        x = region.x - region.x.max(axis=-1, keepdims=True)
-        e = np.exp(x)
-        out = region.out if region.out is not None else np.empty(x.shape, x.dtype)
-        out[...] = e / e.sum(axis=-1, keepdims=True)
-        return out
-
-
 def test_another_winner_stays_the_opaque_op(only_candidates):
-    only_candidates("cpu", "softmax", NumPySoftmax())
+    only_candidates("cpu", "softmax", numpy_only_softmax())
     x = torch.randn(8, 40)
     fn, seen = _compiled(lambda t: at.softmax(t, -1) * 2.0, x)
     torch.testing.assert_close(fn(x), torch.softmax(x, -1) * 2.0)
@@ -95,14 +83,7 @@ def test_another_winner_stays_the_opaque_op(only_candidates):
 
 
 def _targets_of(fn, dynamic, shapes):
-    seen: list[str] = []
-
-    def backend(gm, example_inputs):
-        seen.extend(str(n.target) for n in gm.graph.nodes if n.op == "call_function")
-        return gm.forward
-
-    torch._dynamo.reset()
-    compiled = torch.compile(fn, backend=backend, fullgraph=True, dynamic=dynamic)
+    compiled, seen = _compiled(fn, dynamic=dynamic)
     for shape in shapes:
         x = torch.randn(*shape)
         torch.testing.assert_close(compiled(x), torch.softmax(x, -1))

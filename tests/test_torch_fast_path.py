@@ -15,6 +15,7 @@ import arbiter  # noqa: E402
 import arbiter.torch as at  # noqa: E402
 from arbiter import Candidate, Tier, dispatch  # noqa: E402
 from arbiter.regions import Softmax  # noqa: E402
+from softmax_support import numpy_only_softmax  # noqa: E402
 
 
 class TorchNative(Candidate):
@@ -31,19 +32,6 @@ class TorchNative(Candidate):
             region.out[...] = y.numpy()
             return region.out
         return y if region.torch_in is not None else y.numpy()
-
-
-class OnNumPy(Candidate):
-    """A right softmax on NumPy arrays: not torch's kernel, so no fast path."""
-
-    name, target, op, tier, priority = "numpy_only_softmax", "cpu", "softmax", Tier.HAND_TUNED, 10
-
-    def run(self, region, params):
-        x = region.x - region.x.max(axis=-1, keepdims=True)
-        e = np.exp(x)
-        out = region.out if region.out is not None else np.empty(x.shape, x.dtype)
-        out[...] = e / e.sum(axis=-1, keepdims=True)
-        return out
 
 
 def _x(seed=0, shape=(8, 33)):
@@ -101,7 +89,7 @@ def test_an_armed_audit_sees_every_call(only_candidates):
 
 
 def test_a_winner_on_numpy_keeps_the_full_path(only_candidates):
-    only_candidates("cpu", "softmax", OnNumPy())
+    only_candidates("cpu", "softmax", numpy_only_softmax())
     x = _x()
     at.softmax(x)
     assert _entry(x) is None
