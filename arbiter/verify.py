@@ -38,8 +38,8 @@ epilogue by Freivalds products with random sign vectors in float64 (every row's 
 the relative Frobenius error, so one wrong element anywhere fails) plus the exact reference on
 sampled rows, the last row and the last and a random column; nonlinear products (gated, matmul
 with an activation) by the exact reference on sampled rows and columns, the last ones, and a diagonal
-holding one element of every 1x8 and 8x1 run (``_diagonal``), and every product on 10 random 128x128
-output tiles in full (``_full_tiles``); attention on sampled query rows, each head its own; row
+holding one element of every 1x8 and 8x1 run (``_diagonal``) and 10 random 128x128 output tiles in full
+(``_full_tiles``); attention on sampled query rows, each head its own; row
 ops (softmax, norms, fft, pointwise) by the full reference in bounded row chunks. The bucket's
 smaller probes of the sampled products are compared in full where that costs at most a quarter
 of the real shape's work and fits the scratch bound. On a GPU target the float64 reference is computed
@@ -690,10 +690,10 @@ def _products_sampled(region, product: Product, y, budget, rng) -> tuple[str, fl
                             (finish(z_cols, all_rows, cidx), y[:, cidx], lambda i: (i[0], cols[i[1]]))):
         if tally.add(ys, ref, budget, origin):
             break
-    if not linear and not tally.reason:
+    if not linear and not tally.reason:  # (a linear product's Freivalds sums see every element wherever it sits)
         _diagonal(region, y, left, rights, finish, tally, budget, int(rng.integers(0, DIAGONAL)))
-    if not tally.reason:
-        _full_tiles(y, left, rights, finish, tally, budget, rng)
+        if not tally.reason:
+            _full_tiles(y, left, rights, finish, tally, budget, rng)
     return tally.finish(budget, rms=rms, rel=rel)
 
 
@@ -748,8 +748,9 @@ def _diagonal(region, y, left, rights, finish, tally, budget, shift: int) -> Non
                 return
 
 
-# The sampled checks' stated guarantee (issue 38 item 6), whatever the positions of the wrong elements: a product
-# is also compared in full on FULL_TILES of its TILE x TILE output tiles drawn at random (without replacement), so
+# The sampled checks' stated guarantee (issue 38 item 6), whatever the positions of the wrong elements: a linear
+# product's Freivalds sums see every element; a nonlinear one (an activation, gated) is also compared in full on
+# FULL_TILES of its TILE x TILE output tiles drawn at random (without replacement), so
 # a kernel wrong anywhere in a fraction f of the tiles is caught with probability >= 1 - (1 - f)^FULL_TILES (one
 # wrong element in every tile: certainly; in half of them: 0.999); attention draws each head's query rows
 # (``attention_rows``). The diagonal's single residue and the random rows alone caught one wrong element at one
