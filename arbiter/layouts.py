@@ -25,6 +25,10 @@ An operand is *plain* when it is ``R`` (or ``C``, which the coarse layout letter
 draws it (matrices 2, vectors 1, attention's q/k/v 4; a pointwise operand at any rank); the key lists only the
 others, as the attribute ``layouts`` (``a-T2u+bias-S1``), so the keys of plain calls are unchanged.
 
+One array passed as two operands (``attention(q, k, k)``, ``matmul(a, a)``) is keyed too (attribute ``shares``,
+``v@k``: v is k), and every probe of such a key passes one array twice where its shapes allow (``_share``); a view
+of another operand (``matmul(a, a.T)``) is not keyed (telling it costs a memory-overlap test per call).
+
 Aliasing contract (``aliased``; docs/architecture.md): ``out=`` may be exactly an input (same memory, shape and
 strides) where the op reads each input element before writing the output element at the same index: a
 matmul's ``residual`` (in-place residual add), the ``x`` of softmax, rmsnorm and layernorm (in-place norm), and
@@ -46,7 +50,7 @@ DEFAULT_RANK = {"a": 2, "b": 2, "bias": 1, "residual": 2, "x": 2, "weight": 1, "
 # (op, operand) pairs that ``out=`` may be exactly (see the module docstring).
 LEGAL_INPLACE = {"matmul": ("residual",), "softmax": ("x",), "rmsnorm": ("x",), "layernorm": ("x",),
                  "pointwise": ("x", "ops[")}
-LAYOUTS_ATTR, INPLACE_ATTR = "layouts", "inplace"
+LAYOUTS_ATTR, INPLACE_ATTR, SHARES_ATTR = "layouts", "inplace", "shares"
 
 
 def _strides(array) -> tuple[int, ...]:
@@ -114,7 +118,29 @@ def key_attrs(region) -> tuple[tuple[str, str], ...]:
     aliased = aliased_operands(region)
     if aliased:
         attrs += ((INPLACE_ATTR, "+".join(aliased)),)
+    same = shared_operands(operands)
+    if same:
+        attrs += ((SHARES_ATTR, "+".join(same)),)
     return attrs
+
+
+def shared_operands(operands: dict) -> list[str]:
+    """``["v@k"]`` where operand ``v`` is the very array ``k`` is (``attention(q, k, k)``, ``matmul(a, a)``): a kernel
+    may exploit or be broken by the sharing, so the key says it and the probes pass one array twice. Identity only
+    (free to test); a view of another operand (``matmul(a, a.T)``) is not keyed."""
+    names = [n for n, a in operands.items() if a is not None]
+    found = []
+    for i, name in enumerate(names):
+        first = next((other for other in names[:i] if operands[other] is operands[name]), None)
+        if first is not None:
+            found.append(f"{name}@{first}")
+    return found
+
+
+def shares(attrs) -> list[tuple[str, str]]:
+    """(operand, the operand it is) pairs from a key's ``shares`` attribute."""
+    given = dict(attrs).get(SHARES_ATTR, "")
+    return [tuple(p.split("@", 1)) for p in given.split("+")] if given else []
 
 
 # --- aliasing -----------------------------------------------------------------------------------------
@@ -279,7 +305,7 @@ def reproduce(fresh, attrs, shift: bool) -> dict:
     ``shift``: every operand one element off a 16-byte boundary. Returns the operands it replaced, by name."""
     tokens, _ = parse(attrs)
     if not tokens and not shift:
-        return {}
+        return _share(fresh, attrs, {})
     axis_last = getattr(fresh, "axis_last", None)
     # a pointwise chain's operands share one shape: a listed rank applies to every operand
     chain_rank = _rank(next(iter(tokens.values()))) if fresh.op == "pointwise" and tokens else None
@@ -300,6 +326,18 @@ def reproduce(fresh, attrs, shift: bool) -> dict:
     set_operands(fresh, replaced)
     if axis_last and "x" in replaced:  # a row op at another rank: still over the last axis
         fresh.axis = replaced["x"].ndim - 1
+    return _share(fresh, attrs, replaced)
+
+
+def _share(fresh, attrs, replaced: dict) -> dict:
+    """Make the operands the key's ``shares`` names one array, where the probe's shapes allow (a skewed probe of
+    ``matmul(a, a)`` has m != k: drawn apart there)."""
+    operands = fresh.operands()
+    for name, first in shares(attrs):
+        a, b = operands.get(name), operands.get(first)
+        if a is not None and b is not None and a.shape == b.shape and a.dtype == b.dtype:
+            set_operands(fresh, {name: b})
+            replaced[name] = b
     return replaced
 
 

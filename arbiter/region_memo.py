@@ -217,6 +217,10 @@ def signature(cls, args: tuple, kwargs: dict):
                 return None
             extend((kind, *fields(v)))
             arrays.append(i)
+    if len(arrays) > 1:  # one array passed twice (attention(q, k, k)) keys apart: the pairs join the signature
+        same = [(i, j) for n, i in enumerate(arrays) for j in arrays[:n] if values[i] is values[j]]
+        if same:
+            extend(("same", *same))
     return tuple(sig), values, arrays
 
 

@@ -122,6 +122,8 @@ def _arbitrated(op: str, make_region, tensors: list, result_dtype, attrs: tuple 
         # (detach only where needed: it makes a new tensor, and .numpy() refuses only a tensor needing grad)
         ready = [None if t is None else (t if not t.requires_grad else t.detach()).numpy() if work is None
                  else t.detach().to(work).numpy() for t in tensors]
+        for i, j in _same(tensors):  # one tensor passed twice is one array to the region (its key says so)
+            ready[i] = ready[j]
         region = make_region(*ready)
         region.back = regions.converted_by_caller  # a torch caller: its own route and pools (cpu_threads)
         y = arbiter.run_arbitrated(op, region)
@@ -144,8 +146,25 @@ def _arbitrated(op: str, make_region, tensors: list, result_dtype, attrs: tuple 
 
 
 def _signature(op: str, attrs: tuple, tensors) -> tuple:
-    """A CPU call's signature: the op, its other arguments, each tensor's shape, strides and dtype (None: absent)."""
-    return (op, attrs, *[None if t is None else (t.shape, t.stride(), t.dtype) for t in tensors])  # (Size: a tuple)
+    """A CPU call's signature: the op, its other arguments, each tensor's shape, strides and dtype (None: absent),
+    and which tensors are one tensor passed twice (its key says so: ``layouts.shared_operands``)."""
+    sig = (op, attrs, *[None if t is None else (t.shape, t.stride(), t.dtype) for t in tensors])  # (Size: a tuple)
+    same = _same(tensors)
+    return sig + same if same else sig
+
+
+def _same(tensors) -> tuple:
+    """((i, j), ...) where tensor i is tensor j (j < i): loops, not generators (this is on the fast path)."""
+    found: tuple = ()
+    for i in range(1, len(tensors)):
+        t = tensors[i]
+        if t is None:
+            continue
+        for j in range(i):
+            if tensors[j] is t:
+                found += ((i, j),)
+                break
+    return found
 
 
 class _TensorCall:

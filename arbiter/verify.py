@@ -290,7 +290,7 @@ def _draw(region, probe: Probe, rng, shift: bool = False, dims: dict | None = No
         return fresh
     layouts.reproduce(fresh, region.attrs, shift)
     tokens, aliased = layouts.parse(region.attrs)
-    if tokens or aliased:  # the probe is of the caller's key: its layout and in-place attributes
+    if tokens or aliased or layouts.shares(region.attrs):  # the probe is of the caller's key: its layout attributes
         from arbiter.keys import ProblemKey
 
         k = fresh.key
