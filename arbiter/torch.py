@@ -112,8 +112,11 @@ def _arbitrated(op: str, make_region, tensors: list, result_dtype, attrs: tuple 
     if first.device.type == "cpu":
         work = torch.float32 if first.dtype == torch.bfloat16 else None
         sig = None
-        if work is None and attrs is not None:
-            sig = _signature(op, attrs, tensors)
+        if work is None and attrs is not None:  # (``_signature`` inline: one Python call fewer a call)
+            sig = (op, attrs, *[None if t is None else (t.shape, t.stride(), t.dtype) for t in tensors])
+            same = _same(tensors)
+            if same:
+                sig += same
             found = _on_tensors.get(sig)
             if found is not None:
                 y = found(tensors)
@@ -154,16 +157,21 @@ def _signature(op: str, attrs: tuple, tensors) -> tuple:
 
 
 def _same(tensors) -> tuple:
-    """((i, j), ...) where tensor i is tensor j (j < i): loops, not generators (this is on the fast path)."""
+    """((i, j), ...) where tensor i is tensor j (j < i). Plain loops and counters, no builtin called: this runs on
+    the fast path, whose cost is counted in Python calls."""
     found: tuple = ()
-    for i in range(1, len(tensors)):
-        t = tensors[i]
-        if t is None:
-            continue
-        for j in range(i):
-            if tensors[j] is t:
-                found += ((i, j),)
-                break
+    i = 0
+    for t in tensors:
+        if t is not None:
+            j = 0
+            for u in tensors:
+                if j == i:
+                    break
+                if u is t:
+                    found += ((i, j),)
+                    break
+                j += 1  # noqa: SIM113 (enumerate is a builtin call per loop; the fast path counts them)
+        i += 1  # noqa: SIM113 (the same)
     return found
 
 
