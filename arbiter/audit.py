@@ -135,9 +135,9 @@ def _sampler(route, run, rate: float, table: dict, store_of):
         nonlocal left
         left -= 1
         shape = tuple(region.dims.values())
-        if left > 0 and shape in seen:
-            return run(region, params)
         new = shape not in seen
+        if left > 0 and not new:
+            return run(region, params)
         if not new:
             left = _gap(rng, rate)
         result, queued = _sampled(route, run, region, params, table, store_of, kept)

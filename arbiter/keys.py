@@ -138,3 +138,23 @@ def layout_class(array) -> str:
     if flags.f_contiguous:
         return "C"
     return "S"
+
+
+def identical_pairs(items) -> tuple:
+    """((i, j), ...) where ``items[i] is items[j]``, j < i the first such, None skipped: one array (tensor) passed
+    twice. The one definition for the key (``layouts.shared_operands``), the region memo's signature and arbiter.torch's
+    fast-path signature; plain loops and counters, no builtin called (that fast path counts Python calls)."""
+    found: tuple = ()
+    i = 0
+    for t in items:
+        if t is not None:
+            j = 0
+            for u in items:
+                if j == i:
+                    break
+                if u is t:
+                    found += ((i, j),)
+                    break
+                j += 1  # noqa: SIM113 (enumerate is a builtin call per loop)
+        i += 1  # noqa: SIM113 (the same)
+    return found

@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from arbiter.errors import RegionError
+from arbiter.keys import identical_pairs
 
 # The rank each op draws an operand at: an operand of another rank is listed in the key.
 DEFAULT_RANK = {"a": 2, "b": 2, "bias": 1, "residual": 2, "x": 2, "weight": 1, "q": 4, "k": 4, "v": 4,
@@ -128,13 +129,8 @@ def shared_operands(operands: dict) -> list[str]:
     """``["v@k"]`` where operand ``v`` is the very array ``k`` is (``attention(q, k, k)``, ``matmul(a, a)``): a kernel
     may exploit or be broken by the sharing, so the key says it and the probes pass one array twice. Identity only
     (free to test); a view of another operand (``matmul(a, a.T)``) is not keyed."""
-    names = [n for n, a in operands.items() if a is not None]
-    found = []
-    for i, name in enumerate(names):
-        first = next((other for other in names[:i] if operands[other] is operands[name]), None)
-        if first is not None:
-            found.append(f"{name}@{first}")
-    return found
+    names = list(operands)
+    return [f"{names[i]}@{names[j]}" for i, j in identical_pairs(list(operands.values()))]
 
 
 def shares(attrs) -> list[tuple[str, str]]:

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from arbiter.keys import identical_pairs
 from arbiter.memo import Memo
 
 # The memo is emptied when its recipes would hold more than this (a shape-churning caller, e.g. varying batch
@@ -218,7 +219,7 @@ def signature(cls, args: tuple, kwargs: dict):
             extend((kind, *fields(v)))
             arrays.append(i)
     if len(arrays) > 1:  # one array passed twice (attention(q, k, k)) keys apart: the pairs join the signature
-        same = [(i, j) for n, i in enumerate(arrays) for j in arrays[:n] if values[i] is values[j]]
+        same = identical_pairs([values[i] for i in arrays])  # (positions among the arrays)
         if same:
             extend(("same", *same))
     return tuple(sig), values, arrays

@@ -57,7 +57,7 @@ import torch.nn.functional as F
 from torch.library import custom_op
 
 import arbiter
-from arbiter import dispatch, regions, targets
+from arbiter import dispatch, keys, regions, targets
 from arbiter.ops import kind as op_kinds
 from arbiter.ops.attention.torch_ref import ref_attention  # noqa: F401 (re-exported: arbiter.torch.ref_attention)
 from arbiter.ops.fft.torch_ref import ref_fft  # noqa: F401 (re-exported: arbiter.torch.ref_fft)
@@ -111,12 +111,9 @@ def _arbitrated(op: str, make_region, tensors: list, result_dtype, attrs: tuple 
     first = tensors[0]
     if first.device.type == "cpu":
         work = torch.float32 if first.dtype == torch.bfloat16 else None
-        sig = None
-        if work is None and attrs is not None:  # (``_signature`` inline: one Python call fewer a call)
-            sig = (op, attrs, *[None if t is None else (t.shape, t.stride(), t.dtype) for t in tensors])
-            same = _same(tensors)
-            if same:
-                sig += same
+        sig, same = None, keys.identical_pairs(tensors)
+        if work is None and attrs is not None:
+            sig = _signature(op, attrs, tensors, same)
             found = _on_tensors.get(sig)
             if found is not None:
                 y = found(tensors)
@@ -125,7 +122,7 @@ def _arbitrated(op: str, make_region, tensors: list, result_dtype, attrs: tuple 
         # (detach only where needed: it makes a new tensor, and .numpy() refuses only a tensor needing grad)
         ready = [None if t is None else (t if not t.requires_grad else t.detach()).numpy() if work is None
                  else t.detach().to(work).numpy() for t in tensors]
-        for i, j in _same(tensors):  # one tensor passed twice is one array to the region (its key says so)
+        for i, j in same:  # one tensor passed twice is one array to the region (its key says so)
             ready[i] = ready[j]
         region = make_region(*ready)
         region.back = regions.converted_by_caller  # a torch caller: its own route and pools (cpu_threads)
@@ -148,31 +145,11 @@ def _arbitrated(op: str, make_region, tensors: list, result_dtype, attrs: tuple 
     return out.to(result_dtype) if out.dtype != result_dtype else out
 
 
-def _signature(op: str, attrs: tuple, tensors) -> tuple:
+def _signature(op: str, attrs: tuple, tensors, same: tuple) -> tuple:
     """A CPU call's signature: the op, its other arguments, each tensor's shape, strides and dtype (None: absent),
-    and which tensors are one tensor passed twice (its key says so: ``layouts.shared_operands``)."""
+    and ``same`` (``keys.identical_pairs(tensors)``: one tensor passed twice; its key says so)."""
     sig = (op, attrs, *[None if t is None else (t.shape, t.stride(), t.dtype) for t in tensors])  # (Size: a tuple)
-    same = _same(tensors)
     return sig + same if same else sig
-
-
-def _same(tensors) -> tuple:
-    """((i, j), ...) where tensor i is tensor j (j < i). Plain loops and counters, no builtin called: this runs on
-    the fast path, whose cost is counted in Python calls."""
-    found: tuple = ()
-    i = 0
-    for t in tensors:
-        if t is not None:
-            j = 0
-            for u in tensors:
-                if j == i:
-                    break
-                if u is t:
-                    found += ((i, j),)
-                    break
-                j += 1  # noqa: SIM113 (enumerate is a builtin call per loop; the fast path counts them)
-        i += 1  # noqa: SIM113 (the same)
-    return found
 
 
 class _TensorCall:
@@ -229,11 +206,11 @@ class _OnTensors:
                 self.entries[sig] = None
                 return
             names[name] = at
+        values = {slot: None if slot in names else getattr(region, slot) for slot in _slots(type(region))
+                  if hasattr(region, slot)}
         template = object.__new__(type(region))
-        for slot in _slots(type(region)):
-            if hasattr(region, slot):
-                object.__setattr__(template, slot, None if slot in names else getattr(region, slot))
-        values = {slot: getattr(template, slot) for slot in _slots(type(region)) if hasattr(template, slot)}
+        for slot, value in values.items():
+            object.__setattr__(template, slot, value)
         values.update(out=None, torch_out=None)
         served: dispatch.Route = route
         kernel: Any = candidate  # (not None: checked above; a closure does not keep the narrowing)
@@ -551,7 +528,7 @@ def _decided_native(op: str, descs: tuple, others: tuple) -> bool:
         real = [torch.empty_strided(d[0], d[1], dtype=d[2]).normal_() for d in descs]
         args = tuple(real[value] if kind == "t" else value for kind, value in others)
         tensors, attrs = _sig_parts(op, args)
-        sig = _signature(op, attrs, tensors)
+        sig = _signature(op, attrs, tensors, keys.identical_pairs(tensors))
         known = _on_tensors.routes.get(sig)
         if known is None or known[1] is None or dispatch.route(known[0], torch_caller=True) is not known[1]:
             IMPL[op](*args)  # the decision its first eager call would make (the gate draws its own probes)

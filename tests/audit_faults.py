@@ -29,6 +29,13 @@ def softmax(x):
     return e / e.sum(axis=-1, keepdims=True)
 
 
+def into_out(region, y):
+    """``y`` in ``region.alloc_out()``."""
+    out = region.alloc_out()
+    out[...] = y
+    return out
+
+
 class Fault(Candidate):
     """Right for its first ``after`` calls (the gate makes fewer), then wherever ``faulty`` says, ``wrong``."""
 
@@ -47,9 +54,7 @@ class Fault(Candidate):
             if self.first_wrong is None:
                 self.first_wrong = self.calls
             return self.wrong(region)
-        out = region.alloc_out()
-        out[...] = softmax(region.x)
-        return out
+        return into_out(region, softmax(region.x))
 
 
 class Stale(Fault):
@@ -58,9 +63,7 @@ class Stale(Fault):
     name = "stale_after_n"
 
     def wrong(self, region):
-        out = region.alloc_out()
-        out[...] = 0.0
-        return out
+        return into_out(region, 0.0)
 
 
 class Quantized(Fault):
@@ -72,9 +75,7 @@ class Quantized(Fault):
         return bool(np.all(region.x == np.round(region.x)))
 
     def wrong(self, region):
-        out = region.alloc_out()
-        out[...] = np.exp(region.x - region.x.max(axis=-1, keepdims=True))
-        return out
+        return into_out(region, np.exp(region.x - region.x.max(axis=-1, keepdims=True)))
 
 
 class Pooled(Fault):
@@ -98,9 +99,7 @@ class Flushes(Fault):
 
     def wrong(self, region):
         set_ftz(True)
-        out = region.alloc_out()
-        out[...] = softmax(region.x)
-        return out
+        return into_out(region, softmax(region.x))
 
 
 class OneWidth(Fault):
@@ -112,6 +111,4 @@ class OneWidth(Fault):
         return region.x.shape[-1] == 777
 
     def wrong(self, region):
-        out = region.alloc_out()
-        out[...] = softmax(region.x) * 1.01
-        return out
+        return into_out(region, softmax(region.x) * 1.01)
