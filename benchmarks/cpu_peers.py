@@ -34,7 +34,6 @@ import datetime
 import math
 import os
 import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -45,6 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import arbiter  # noqa: E402
+from _busy import busy_box  # noqa: E402
 from arbiter import dispatch  # noqa: E402
 from arbiter.candidates import serve  # noqa: E402
 from arbiter.regions import FFT, Attention, Gated, LayerNorm, Matmul, Pointwise, RMSNorm, Softmax  # noqa: E402
@@ -325,12 +325,8 @@ def main() -> int:
     except ImportError:
         print("skipped: torch is not installed (pip install 'kernel-arbiter[torch]')")
         return 0
-    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if args.busy else None
-    try:
+    with busy_box(args.busy):
         rows, load, agreement = run(args.quick, args.tunes)
-    finally:
-        if hog is not None:
-            hog.kill()
     text = report(rows, load, agreement, args.busy)
     print(text)
     if args.out:

@@ -17,7 +17,6 @@ import argparse
 import datetime
 import os
 import random
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -28,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import arbiter  # noqa: E402
+from _busy import busy_box  # noqa: E402
 from arbiter import dispatch, timing_audit  # noqa: E402
 from arbiter.env import environment  # noqa: E402
 from arbiter.regions import Matmul, Softmax  # noqa: E402
@@ -77,10 +77,9 @@ def changed(quick: bool, busy: bool) -> list[str]:
     measured = {m.solution.label: m.median_s for m in store.load_measurements(key, fp) if str(m.mode) == "latency"}
     lines = [f"Key matmul {size}^3 float32 tuned quiet: stored {decision.winner.label} ({decision.chosen_by}), "
              f"measured {measured.get(decision.winner.label, float('nan')) * 1e6:.1f} µs; note: {decision.note}", ""]
-    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if busy else None
     other = torch.randn(256, 1024)
     before = (timing_audit.counts.sampled, timing_audit.counts.redecided, timing_audit.counts.kept)
-    try:
+    with busy_box(busy):
         time.sleep(0.5)
         arbiter.configure(timing_audit=0.1)
         took = []
@@ -89,9 +88,6 @@ def changed(quick: bool, busy: bool) -> list[str]:
             t0 = time.perf_counter_ns()
             arbiter.run_arbitrated("matmul", Matmul(a, b))
             took.append((time.perf_counter_ns() - t0) / 1e3)
-    finally:
-        if hog is not None:
-            hog.kill()
     record = store.load_solution(key, fp)
     decisions = timing_audit.history[-max(1, redecided_now(before)):]
     sampled, redecided, kept = (now - was for now, was in zip(

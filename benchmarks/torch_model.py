@@ -33,6 +33,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
+from _busy import busy_box  # noqa: E402 (benchmarks/, the script's folder, is on sys.path)
+
 
 def child(threads: int | None, policy: str, quick: bool) -> list[dict]:
     import numpy as np
@@ -154,10 +156,6 @@ def child(threads: int | None, policy: str, quick: bool) -> list[dict]:
     return rows
 
 
-def _hog():
-    return subprocess.Popen([sys.executable, "-c", "while True: pass"])
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true")
@@ -178,8 +176,7 @@ def main() -> int:
     configs = [(0, "tier")] if args.quick else [(0, "tier"), (0, "tune"), (1, "tier"), (1, "tune")]
     rows = []
     for condition in conditions:
-        hog = _hog() if condition == "busy" else None
-        try:
+        with busy_box(condition == "busy"):
             for threads, policy in configs:
                 cmd = [sys.executable, __file__, "--child", f"{threads},{policy}"] + (["--quick"] if args.quick else [])
                 env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT),
@@ -191,9 +188,6 @@ def main() -> int:
                     return 1
                 for row in json.loads(done.stdout.strip().splitlines()[-1]):
                     rows.append({**row, "condition": condition, "load": load})
-        finally:
-            if hog is not None:
-                hog.kill()
     lines = [f"# A torch CPU model through arbiter.torch against plain torch ({datetime.date.today()})", "",
              f"Machine: {platform.machine()}, {os.cpu_count()} cores. µs per call, medians of interleaved rounds; "
              "ratio torch / arbiter (above 1: the arbiter is faster).", "",
