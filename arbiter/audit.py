@@ -27,11 +27,14 @@ itself shows: the calling thread's floating-point environment as it was before (
 put back at once), and, without ``out=``, an output that does not reuse the memory of the output the caller kept
 from the previous sampled call (a pooled buffer). The first call of every exact shape a route serves is sampled
 too. The checker thread computes the oracle under the default floating-point environment. A call that declined
-(``Fallback``) is not audited: its stand-in served it. Torch callers' calls (``region.torch_in``) and calls under
-``ARBITER_DISABLE`` are not audited.
+(``Fallback``) is not audited: its stand-in served it. Torch callers' CUDA calls (``region.torch_in``,
+``Route.run_torch``) are audited alike: their tensors cloned before the run, the result copied to the host after,
+the oracle in float64 (on the host for torch tensors). Calls under ``ARBITER_DISABLE`` are not audited. At rate 0,
+the first call of each signature new to the process is checked (``first_calls``).
 """
 from __future__ import annotations
 
+import atexit
 import logging
 import math
 import os
@@ -104,12 +107,85 @@ class Counts:
 counts = Counts()
 
 
-def arm(route, table: dict, store_of) -> None:
-    """Set ``route.run`` for the audit rate in force: the candidate's own ``run`` at rate 0, else a sampling
-    wrapper. ``table`` is dispatch's table (a failed route leaves it); ``store_of()`` the store to record in."""
-    r = 0.0 if route.chosen_by == ChosenBy.DISABLED else rate()  # ARBITER_DISABLE: no registry to record in
+FIRST_CALLS = ("background", "before", "off")
+_first_calls: str | None = None  # configure(first_calls=...); None: ARBITER_FIRST_CALLS decides
+
+
+def configure_first_calls(mode) -> None:
+    """How the first call of each new exact shape is checked (item 4 of the gate's round 3): ``background``
+    (the default: served at once, checked on the audit thread), ``before`` (checked before its result is
+    returned; a failure serves the next solution instead), ``off``. None: back to ``ARBITER_FIRST_CALLS``."""
+    global _first_calls
+    if mode is not None and mode not in FIRST_CALLS:
+        raise ValueError(f"first_calls: {mode!r} is not one of {', '.join(FIRST_CALLS)}")
+    _first_calls = mode
+
+
+def first_calls() -> str:
+    """The first-call mode in force (``configure_first_calls``, else ``ARBITER_FIRST_CALLS``, else background)."""
+    if _first_calls is not None:
+        return _first_calls
+    given = os.environ.get("ARBITER_FIRST_CALLS", "").strip() or "background"
+    if given not in FIRST_CALLS:
+        raise ValueError(f"ARBITER_FIRST_CALLS: {given!r} is not one of {', '.join(FIRST_CALLS)}")
+    return given
+
+
+def arm(route, table: dict, store_of, again=None) -> None:
+    """Set ``route.run`` for the audit in force: at rate 0 the candidate's own ``run`` behind a check of each
+    first call (``first_calls``; the candidate's own ``run`` when that is off), else a sampling wrapper.
+    ``table`` is dispatch's table (a failed route leaves it); ``store_of()`` the store to record in; ``again
+    (region)``: the raw result of the key's solution after a demotion (first calls checked ``before``)."""
     run = route.candidate.run
-    route.run = run if r <= 0.0 else _sampler(route, run, r, table, store_of)
+    if route.chosen_by == ChosenBy.DISABLED:  # ARBITER_DISABLE: no registry to record in
+        route.run, route.run_torch = run, route.torch_own
+        return
+    r, mode = rate(), first_calls()
+    # a torch caller's calls (CUDA tensors: ``route.run_torch``) are audited as the others are, on its own run
+    for own, name in ((run, "run"), (route.torch_own, "run_torch")):
+        if r > 0.0:
+            wrapped = _sampler(route, own, r, table, store_of)
+        elif mode == "off":
+            wrapped = own
+        else:
+            wrapped = _first_checked(route, own, table, store_of, again if mode == "before" else None)
+        setattr(route, name, wrapped)
+
+
+def unaudited(run, candidate) -> bool:
+    """Whether ``run`` (a route's) is ``candidate``'s own, or that behind the first-call check only: what a
+    caller may bypass for a signature whose first call was taken (arbiter.torch's fast path)."""
+    return getattr(run, "__self__", None) is candidate or getattr(getattr(run, "checks_first_of", None),
+                                                                  "__self__", None) is candidate
+
+
+def _first_checked(route, run, table: dict, store_of, again):
+    """``run`` with the first call of each signature new to the process (``region.first_call``, set by the region
+    memo) checked against the oracle: on the audit thread, or (``again`` given) before the result is returned,
+    serving ``again(region)`` when the check fails. An unchecked call costs one attribute read over ``run``."""
+    kept: list = [None]
+
+    def first_checked(region, params):
+        if not region.first_call:
+            return run(region, params)
+        region.first_call = False  # (the caller may run this region again: its shape is not new then)
+        if targets.get(region.target).capturing():  # no copies or waits inside a CUDA-graph capture
+            return run(region, params)
+        if again is None:
+            return _sampled(route, run, region, params, table, store_of, kept)[0]
+        result, job = _sampled(route, run, region, params, table, store_of, kept, now=True)
+        if job is None:
+            return result
+        env = fpenv.capture()  # the oracle under the default environment, as the checker thread computes it
+        fpenv.make_default()
+        try:
+            failed = check(job)
+        finally:
+            fpenv.changed(env)  # the caller's environment put back
+        return result if failed is None else again(region)
+
+    first_checked.__dict__["checks_first_of"] = run  # what ``unaudited`` looks for
+    return first_checked
 
 
 def _gap(rng: random.Random, rate: float) -> int:
@@ -150,11 +226,12 @@ def _sampler(route, run, rate: float, table: dict, store_of):
     return audited
 
 
-def _sampled(route, run, region, params, table: dict, store_of, kept: list) -> tuple[Any, bool]:
+def _sampled(route, run, region, params, table: dict, store_of, kept: list, now: bool = False) -> tuple[Any, Any]:
     """(the result, whether its check was queued) of one sampled call: its inputs copied before (``out=`` may
     overwrite one), its output after, both queued; the thread's floating-point environment read before and after;
     an output that reuses the memory of the one the caller kept from the previous sampled call (a pooled buffer
-    handed out twice) is a failure of its own."""
+    handed out twice) is a failure of its own. ``now``: (the result, the job to check now, None for a call that
+    declined) instead of queueing it."""
     counts.sampled += 1
     pristine = verify.pristine_copy(region)
     # The kernel runs under the default environment, so one that sets flush-to-zero at every call is seen even
@@ -167,7 +244,7 @@ def _sampled(route, run, region, params, table: dict, store_of, kept: list) -> t
         after = fpenv.state()
         fpenv.changed(env)
     if type(result) is Fallback:
-        return result, True
+        return result, None if now else True
     found = fpenv.DEFAULT.differences(after) if clean and after != fpenv.DEFAULT else ""
     reason = f"left the calling thread's floating-point environment changed ({found})" if found else ""
     if region.out is None:
@@ -179,7 +256,8 @@ def _sampled(route, run, region, params, table: dict, store_of, kept: list) -> t
     y = _copy_out(region, result)
     # the copies were queued on the caller's stream; the checker uses its own (a no-op on the host)
     targets.get(region.target).synchronize()
-    return result, _submit(_Job(route, params, pristine, y, table, store_of(), reason))
+    job = _Job(route, params, pristine, y, table, store_of(), reason)
+    return (result, job) if now else (result, _submit(job))
 
 
 def _weak(result):
@@ -193,7 +271,8 @@ def _copy_out(region, result):
     """A copy of ``result`` the checker can compare on its own device (NumPy/CuPy), else on the host."""
     if isinstance(result, np.ndarray) or array_module(result) is not np:
         return result.copy()
-    return np.asarray(targets.get(region.target).to_host(result))
+    host = targets.get(region.target).to_host(result)  # a torch tensor's (a torch caller's on CUDA): a copy
+    return host.copy() if hasattr(result, "data_ptr") and not getattr(result, "is_cuda", True) else np.asarray(host)
 
 
 @dataclass
@@ -241,6 +320,9 @@ def _work() -> None:
         except Exception:  # the audit never takes the process down; say why it could not check
             log.exception("arbiter audit: could not check a real call of %s", job.route.key.id)
         finally:
+            # dropped before the next wait: a job keeps its store (whose last connection, closed at exit,
+            # checkpoints SQLite's WAL into the file), its copies and its output alive
+            del job
             _queue.task_done()
 
 
@@ -292,7 +374,8 @@ def check(job: _Job) -> Verdict | None:
     start = time.perf_counter()
     route, region = job.route, job.pristine
     budget, looser = real_budget(route.candidate, region)
-    reason, rel, excess = (job.found, math.nan, math.inf) if job.found else compare_call(region, job.y, budget)
+    with np.errstate(all="ignore"):  # the oracle overflows where the data does (as the gate's): no warning for it
+        reason, rel, excess = (job.found, math.nan, math.inf) if job.found else compare_call(region, job.y, budget)
     counts.checked += 1
     if not reason:
         return None
@@ -307,6 +390,15 @@ def check(job: _Job) -> Verdict | None:
     if job.table.get(key_id) is route:  # the next call misses and takes the next passing solution
         job.table.pop(key_id, None)
     return verdict
+
+
+def _at_exit() -> None:
+    """Let the checks queued by the last calls finish (briefly): a check that is still running holds its store."""
+    if _worker is not None:
+        drain(2.0)
+
+
+atexit.register(_at_exit)
 
 
 def _after_fork_in_child() -> None:

@@ -60,8 +60,8 @@ class Route:
     (the key decided here), loads (a stored solution installed), fallbacks (a stand-in served; see
     ``CountDelta``). ``candidate`` and ``params`` are the solution's, kept for the hot path."""
 
-    __slots__ = ("key", "solution", "candidate", "params", "run", "run_torch", "native", "chosen_by", "hits",
-                 "misses", "fallbacks", "loads", "flushed", "env", "capturable", "captured", "stands_in_for")
+    __slots__ = ("key", "solution", "candidate", "params", "run", "run_torch", "torch_own", "native", "chosen_by",
+                 "hits", "misses", "fallbacks", "loads", "flushed", "env", "capturable", "captured", "stands_in_for")
 
     def __init__(self, key, candidate, solution: Solution, chosen_by: ChosenBy, env):
         self.key, self.candidate, self.solution, self.chosen_by, self.env = key, candidate, solution, chosen_by, env
@@ -76,6 +76,7 @@ class Route:
         # through run_for_torch (CuPy views, torch's stream). Chosen here, once, not on every call.
         self.native = bool(getattr(candidate, "torch_native", False))
         self.run_torch = candidate.run if self.native else functools.partial(_through_torch, candidate)
+        self.torch_own = self.run_torch  # (the audit wraps run_torch as it wraps run: arbiter.audit.arm)
         self.hits = self.misses = self.fallbacks = self.loads = 0
         self.flushed = (0, 0, 0, 0)
 
@@ -134,7 +135,7 @@ def _use_store(st) -> None:
 
 def configure(*, store=None, policy: str | None = None, looser_accuracy: bool | None = None,
               audit: float | None = None, tune_seconds: float | None = None,
-              timing_audit: float | None = None) -> None:
+              timing_audit: float | None = None, first_calls: str | None = None) -> None:
     """Set the process's store and/or default miss policy; clears the dispatch table.
 
     ``tune_seconds``: the budget of one key that policy tune decides on a miss, for its gate (no new solution
@@ -144,6 +145,11 @@ def configure(*, store=None, policy: str | None = None, looser_accuracy: bool | 
 
     ``audit=rate`` (0 to 1): re-check that fraction of real calls against the oracle in the background and
     demote a solution that fails (``arbiter.audit``; else ``ARBITER_AUDIT``); 0 spends nothing.
+
+    ``first_calls``: how the first call of each exact shape new to the process is checked against the oracle:
+    ``"background"`` (the default: served at once, checked on the audit thread, a failure demotes the solution
+    for its key), ``"before"`` (checked before the result is returned; a failure serves the next solution),
+    ``"off"``; else ``ARBITER_FIRST_CALLS``.
 
     ``timing_audit=rate`` (0 to 1): time that fraction of a measured winner's real calls, and re-decide its key on
     the program's own calls when it runs clearly slower than measured (``arbiter.timing_audit``; else
@@ -163,7 +169,9 @@ def configure(*, store=None, policy: str | None = None, looser_accuracy: bool | 
         set_tune_seconds(tune_seconds)
     if timing_audit is not None:
         _timing_audit.configure(timing_audit)
-    if audit is not None or timing_audit is not None:
+    if first_calls is not None:
+        _audit.configure_first_calls(first_calls)
+    if audit is not None or timing_audit is not None or first_calls is not None:
         if audit is not None:
             _audit.configure(audit)
         _table.clear()  # every route is armed again, at the new rate, on its next miss
@@ -339,13 +347,21 @@ def _install(decision_key, candidate, params, chosen_by: ChosenBy, env, counter:
             setattr(route, counter, getattr(route, counter) + 1)
         torch_caller = region is not None and region.torch_caller
         table = _torch_table if torch_caller else _table
-        _audit.arm(route, table, store)  # the audit's sampling wrapper, or the candidate's run at rate 0
+        _audit.arm(route, table, store, _served_again)  # the audit's wrapper (first calls checked at rate 0)
         _timing_audit.arm(route, table, store)  # the timing audit's wrapper around that, or nothing at rate 0
         if not _closed:  # ending by a signal: the next call must miss (and wait), not count after the flush
             table[decision_key.id] = route
     if region is not None and not route.capturable and route.captured is None and _may_capture(region):
         _prepare_capture(route, region, decision)
     return route
+
+
+def _served_again(region):
+    """The raw result of ``region``'s key after its route was demoted (a first call checked before serving
+    failed): the miss decides again, without the demoted solution."""
+    route = _miss(region, None)
+    result = route.run(region, route.params) if region.torch_in is None else route.run_torch(region, route.params)
+    return result.result if type(result) is Fallback else result
 
 
 # --- CUDA-graph capture -------------------------------------------------------

@@ -20,6 +20,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 
 def params_id(params: dict) -> str:
     """Canonical text of a parameter set (the stored solution index)."""
@@ -157,4 +159,69 @@ def identical_pairs(items) -> tuple:
                     break
                 j += 1  # noqa: SIM113 (enumerate is a builtin call per loop)
         i += 1  # noqa: SIM113 (the same)
+    return found
+
+
+def memory_root(array):
+    """The object that owns ``array``'s memory, as far as identity tells it without a memory-overlap test: a
+    NumPy/CuPy view's ``base``, a torch view's ``_base``, and through a NumPy view of a torch tensor (what
+    ``tensor.numpy()`` gives) to that tensor's own base. ``array`` itself when it owns its memory."""
+    kind = type(array)
+    if kind is np.ndarray:
+        base = array.base
+        if base is None:
+            return array
+        if type(base) is np.ndarray:  # NumPy keeps ``base`` at the owner: no chain to walk
+            return base
+        array, kind = base, type(base)  # a NumPy view of another object (a torch tensor, a buffer)
+    base = getattr(array, "_base" if kind.__module__.startswith("torch") else "base", None)
+    return array if base is None else base
+
+
+def _bounds(array) -> tuple[int, int]:
+    """[lo, hi) bytes ``array``'s elements may touch (NumPy, CuPy or torch)."""
+    if hasattr(array, "data_ptr"):  # torch: strides in elements
+        ptr, item = int(array.data_ptr()), int(array.element_size())
+        strides = [int(s) * item for s in array.stride()]
+    else:
+        given = getattr(getattr(array, "data", None), "ptr", None)  # CuPy's; NumPy's from its interface
+        ptr = int(array.__array_interface__["data"][0] if given is None else given)
+        item, strides = int(array.dtype.itemsize), [int(s) for s in array.strides]
+    lo = hi = 0
+    for n, s in zip(array.shape, strides):
+        if n == 0:
+            return ptr, ptr
+        lo += min(0, (n - 1) * s)
+        hi += max(0, (n - 1) * s)
+    return ptr + lo, ptr + hi + item
+
+
+def overlap(a, b) -> bool:
+    """Whether the memory ranges of ``a`` and ``b`` intersect (bounds only: an interleaved pair counts)."""
+    if type(a) is np.ndarray and type(b) is np.ndarray:
+        return bool(np.may_share_memory(a, b))
+    (alo, ahi), (blo, bhi) = _bounds(a), _bounds(b)
+    return alo < bhi and blo < ahi
+
+
+def view_pairs(items, roots=None) -> tuple:
+    """((i, j), ...) where ``items[i]`` and ``items[j]`` (j < i the first such) are different arrays over one
+    allocation (``memory_root``) whose memory ranges overlap: ``matmul(a, a.T)``, ``attention(q, q[:], v)`` (q,
+    k and v cut apart from one packed buffer do not overlap: not a pair). ``roots``: the items' roots where the
+    caller has them (arbiter.torch reads ``_base`` inline). Identity first, like ``identical_pairs`` (an array
+    passed twice is that function's pair, not this one's); the bounds are compared only where the roots match."""
+    roots = [None if t is None else memory_root(t) for t in items] if roots is None else roots
+    found: tuple = ()
+    i = 0
+    for r in roots:
+        if r is not None:
+            j = 0
+            for u in roots:
+                if j == i:
+                    break
+                if u is r and items[j] is not items[i] and overlap(items[i], items[j]):
+                    found += ((i, j),)
+                    break
+                j += 1  # noqa: SIM113 (as in identical_pairs)
+        i += 1  # noqa: SIM113
     return found

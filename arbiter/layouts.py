@@ -18,16 +18,19 @@ residual included), as a short token ``<class><rank>[detail]``:
 ``P``, ``T`` and a non-dense ``M`` end in an alignment class: ``a`` when every non-unit stride is a multiple of 16
 bytes (rows start 16-byte aligned whenever the first does), ``u`` otherwise. The data pointer's own alignment is
 not keyed (reading it costs 1.5 us per NumPy operand on a warm call, and the GPU kernels choose their vector path
-per call): the gate probes every key with 16-byte-aligned operands and, on alternate probes, with every operand
-and the output one element off (``shifted``), so both paths are checked under one verdict.
+per call): the gate probes every key with 64-byte-aligned operands (``arbiter.aligned``: what torch's allocator
+gives every tensor; NumPy's own are 16-byte aligned) and, on alternate probes, with every operand and the output
+one element off (``shifted``), so both paths are checked under one verdict.
 
 An operand is *plain* when it is ``R`` (or ``C``, which the coarse layout letters already carry) at the rank the op
 draws it (matrices 2, vectors 1, attention's q/k/v 4; a pointwise operand at any rank); the key lists only the
 others, as the attribute ``layouts`` (``a-T2u+bias-S1``), so the keys of plain calls are unchanged.
 
 One array passed as two operands (``attention(q, k, k)``, ``matmul(a, a)``) is keyed too (attribute ``shares``,
-``v@k``: v is k), and every probe of such a key passes one array twice where its shapes allow (``_share``); a view
-of another operand (``matmul(a, a.T)``) is not keyed (telling it costs a memory-overlap test per call).
+``v@k``: v is k), and so is a view overlapping another operand's memory (``b~a``: ``matmul(a, a.T)``; told by the
+identity of the memory's owner, ``keys.memory_root``, then bounds only where the owners match).
+Every probe of such a key passes one array twice, or the other operand's transpose, or two views of one buffer,
+where its shapes allow (``_share``).
 
 Aliasing contract (``aliased``; docs/architecture.md): ``out=`` may be exactly an input (same memory, shape and
 strides) where the op reads each input element before writing the output element at the same index: a
@@ -42,8 +45,9 @@ from typing import Any
 
 import numpy as np
 
+from arbiter import aligned
 from arbiter.errors import RegionError
-from arbiter.keys import identical_pairs
+from arbiter.keys import identical_pairs, view_pairs
 
 # The rank each op draws an operand at: an operand of another rank is listed in the key.
 DEFAULT_RANK = {"a": 2, "b": 2, "bias": 1, "residual": 2, "x": 2, "weight": 1, "q": 4, "k": 4, "v": 4,
@@ -97,7 +101,9 @@ def token(array) -> str:
 
 def plain(op: str, name: str, tok: str) -> bool:
     """Whether operand ``name`` with token ``tok`` is what the op draws by default (left out of the key)."""
-    if op == "pointwise" or op == "fft":
+    if op == "pointwise":  # probed 1-D: an operand in another order than x's walks apart from it in memory
+        return tok[0] == "R"
+    if op == "fft":
         return tok[0] == "R" or tok == "C2"
     rank = DEFAULT_RANK.get(name)
     return rank is not None and tok in (f"R{rank}", f"C{rank}")
@@ -126,17 +132,26 @@ def key_attrs(region) -> tuple[tuple[str, str], ...]:
 
 
 def shared_operands(operands: dict) -> list[str]:
-    """``["v@k"]`` where operand ``v`` is the very array ``k`` is (``attention(q, k, k)``, ``matmul(a, a)``): a kernel
-    may exploit or be broken by the sharing, so the key says it and the probes pass one array twice. Identity only
-    (free to test); a view of another operand (``matmul(a, a.T)``) is not keyed."""
+    """``["v@k"]`` where operand ``v`` is the very array ``k`` is (``attention(q, k, k)``, ``matmul(a, a)``), and
+    ``["b~a"]`` where ``b`` is a view of ``a``'s memory (``matmul(a, a.T)``, or both cut from one buffer): a kernel
+    may exploit or be broken by the sharing, so the key says it and the probes reproduce it. Identity only (the
+    memory's owner, ``keys.memory_root``): free of an overlap test."""
     names = list(operands)
-    return [f"{names[i]}@{names[j]}" for i, j in identical_pairs(list(operands.values()))]
+    arrays = list(operands.values())
+    same = [f"{names[i]}@{names[j]}" for i, j in identical_pairs(arrays)]
+    return same + [f"{names[i]}~{names[j]}" for i, j in view_pairs(arrays)]
 
 
-def shares(attrs) -> list[tuple[str, str]]:
-    """(operand, the operand it is) pairs from a key's ``shares`` attribute."""
+def shares(attrs) -> list[tuple[str, str, str]]:
+    """(operand, the operand it shares with, "@" the same array or "~" a view of its memory) from a key's
+    ``shares`` attribute."""
     given = dict(attrs).get(SHARES_ATTR, "")
-    return [tuple(p.split("@", 1)) for p in given.split("+")] if given else []
+    found = []
+    for part in given.split("+") if given else ():
+        sep = "@" if "@" in part else "~"
+        name, other = part.split(sep, 1)
+        found.append((name, other, sep))
+    return found
 
 
 # --- aliasing -----------------------------------------------------------------------------------------
@@ -283,11 +298,14 @@ def place(values, tok: str, shift: bool, poison=np.nan):
             buf_shape[-1] = inner + 1 if ((inner + 1) * item) % 16 else inner + 2
     offset = 1 if shift and item < 16 else 0
     size = math.prod(buf_shape)
-    if buf_shape == phys:  # dense: no gaps to poison (a fill pass costs as much as the copy at large shapes)
+    if xp is np:  # 64-byte aligned as torch's tensors are, or one element past that (``arbiter.aligned``)
+        flat = aligned.empty((offset + size,), values.dtype)
+    else:  # (device allocations are 256-byte aligned)
         flat = xp.empty((offset + size,), dtype=values.dtype)
+    if buf_shape == phys:  # dense: no gaps to poison (a fill pass costs as much as the copy at large shapes)
         flat[:offset] = poison
     else:
-        flat = xp.full((offset + size,), poison, dtype=values.dtype)
+        flat[...] = poison
     buf = flat[offset:].reshape(buf_shape)
     if phys:
         buf = buf[tuple(slice(0, n) for n in phys[:-1]) + (slice(0, step * phys[-1], step),)]
@@ -316,8 +334,13 @@ def reproduce(fresh, attrs, shift: bool) -> dict:
             tok = token(array)
             if tok[0] == "B":  # drawn plain: only the caller's broadcast is one
                 continue
-        if axis_last is False and _rank(tok) != array.ndim:  # softmax over an inner axis: kept 2-D
-            tok = tok[0] + str(array.ndim) + tok[1 + len(str(_rank(tok))):]
+        if axis_last is False and _rank(tok) != array.ndim:  # softmax over an inner axis of x of another rank
+            inner = dict(attrs).get("axis", "inner")[5:]
+            if name == "x" and inner.isdigit() and _rank(tok) > 2:  # at its place in x's rank, as called
+                array = _inner_axis(array, _rank(tok), int(inner), flip=shift)
+                fresh.axis = int(inner)
+            else:
+                tok = tok[0] + str(array.ndim) + tok[1 + len(str(_rank(tok))):]
         replaced[name] = place(array, tok, shift)
     set_operands(fresh, replaced)
     if axis_last and "x" in replaced:  # a row op at another rank: still over the last axis
@@ -325,16 +348,69 @@ def reproduce(fresh, attrs, shift: bool) -> dict:
     return _share(fresh, attrs, replaced)
 
 
+def _inner_axis(x, rank: int, axis: int, flip: bool):
+    """A 2-D probe ``x`` (cols, rows) reduced over axis 0 as x of ``rank`` dimensions reduced over ``axis``: the
+    rows split between the axes before it and after it (both of extent > 1 where the row count has a factor;
+    ``flip`` alternates which side a prime count goes), the same values along each reduced column."""
+    cols, rows = x.shape
+    p = next((f for f in range(2, math.isqrt(rows) + 1) if rows % f == 0), None)
+    outer = p if p is not None else (rows if flip else 1)
+    before = [outer] + [1] * (axis - 1) if axis else []
+    after = [rows // outer] + [1] * (rank - axis - 2) if axis < rank - 1 else []
+    if not before:  # the axis is the first: every row after it
+        after = [rows] + [1] * (rank - 2)
+    split = x.reshape(cols, math.prod(before), math.prod(after))
+    return _xp(x).ascontiguousarray(split.transpose(1, 0, 2)).reshape(tuple(before) + (cols,) + tuple(after))
+
+
 def _share(fresh, attrs, replaced: dict) -> dict:
-    """Make the operands the key's ``shares`` names one array, where the probe's shapes allow (a skewed probe of
-    ``matmul(a, a)`` has m != k: drawn apart there)."""
-    operands = fresh.operands()
-    for name, first in shares(attrs):
+    """Make the operands the key's ``shares`` names share memory as the caller's did, where the probe's shapes
+    allow (a skewed probe of ``matmul(a, a)`` has m != k: drawn apart there): ``v@k`` one array; ``b~a`` the
+    other operand's transpose where the shapes are transposed (``matmul(a, a.T)``), a view of it where they are
+    equal, else both cut from one buffer, each keeping its values and layout class (C- or Fortran-contiguous)."""
+    for name, first, sep in shares(attrs):
+        operands = fresh.operands()
         a, b = operands.get(name), operands.get(first)
-        if a is not None and b is not None and a.shape == b.shape and a.dtype == b.dtype:
-            set_operands(fresh, {name: b})
-            replaced[name] = b
+        if a is None or b is None or a.dtype != b.dtype:
+            continue
+        if sep == "@":
+            if a.shape == b.shape:
+                set_operands(fresh, {name: b})
+                replaced[name] = b
+        elif b.ndim == 2 and tuple(a.shape) == tuple(b.shape)[::-1]:
+            set_operands(fresh, {name: b.T})
+            replaced[name] = b.T
+        elif a.shape == b.shape:  # another array object over the same memory (``q[:]``)
+            set_operands(fresh, {name: b[...]})
+            replaced[name] = b[...]
+        else:
+            pair = _one_buffer(b, a)
+            if pair is not None:
+                set_operands(fresh, {first: pair[0], name: pair[1]})
+                replaced[first], replaced[name] = pair
     return replaced
+
+
+def _one_buffer(first, second):
+    """Copies of two dense arrays cut from one allocation, ``second`` right after ``first`` (each in its own order,
+    C or Fortran); None where either is not dense."""
+    orders = []
+    for array in (first, second):
+        flags = array.flags
+        orders.append("C" if flags.c_contiguous else "F" if flags.f_contiguous else None)
+    if None in orders:
+        return None
+    xp = _xp(first)
+    flat = xp.empty((first.size + second.size,), dtype=first.dtype)
+    views = []
+    start = 0
+    for array, order in zip((first, second), orders):
+        view = flat[start:start + array.size].reshape(array.shape[::-1] if order == "F" else array.shape)
+        view = view.T if order == "F" else view
+        view[...] = array
+        views.append(view)
+        start += array.size
+    return views[0], views[1]
 
 
 def set_operands(region, arrays: dict) -> None:

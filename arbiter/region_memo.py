@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from arbiter.keys import identical_pairs
+from arbiter.keys import identical_pairs, view_pairs
 from arbiter.memo import Memo
 
 # The memo is emptied when its recipes would hold more than this (a shape-churning caller, e.g. varying batch
@@ -189,6 +189,7 @@ class Memoized(type):
         region = type.__call__(cls, *args, **kwargs)
         if build is _MISSING:
             recipes.put(sig, recipe_of(region, values, frozenset(arrays)))
+            region.first_call = True  # a signature new to this process: its call is checked (arbiter.audit)
         return region
 
 
@@ -218,10 +219,14 @@ def signature(cls, args: tuple, kwargs: dict):
                 return None
             extend((kind, *fields(v)))
             arrays.append(i)
-    if len(arrays) > 1:  # one array passed twice (attention(q, k, k)) keys apart: the pairs join the signature
-        same = identical_pairs([values[i] for i in arrays])  # (positions among the arrays)
+    if len(arrays) > 1:  # one array passed twice (attention(q, k, k)), or views of one buffer (matmul(a, a.T)),
+        given = [values[i] for i in arrays]  # key apart: the pairs (positions among the arrays) join the signature
+        same = identical_pairs(given)
         if same:
             extend(("same", *same))
+        views = view_pairs(given)
+        if views:
+            extend(("views", *views))
     return tuple(sig), values, arrays
 
 

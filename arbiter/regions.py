@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from arbiter import layouts, targets
+from arbiter import aligned, layouts, targets
 from arbiter.errors import RegionError
 from arbiter.keys import EXACT, ProblemKey, bucket_of, layout_class
 from arbiter.memo import Memo
@@ -81,7 +81,10 @@ class Region(metaclass=Memoized):
     # torch_in: a torch caller's CUDA tensors by argument name (None unless the first operand is a torch
     # CUDA tensor), so torch candidates run on them directly and outputs come from torch's caching allocator;
     # torch_out: (native view, torch tensor) of the output allocated last for such a caller.
-    __slots__ = ("target", "dtype", "key", "out", "back", "dims", "attrs", "layout", "torch_in", "torch_out")
+    # first_call: True on the region the construction memo built for a signature it had not seen (a new exact
+    # shape, dtype and layout in this process): the audit checks that call against the oracle (``arbiter.audit``).
+    __slots__ = ("target", "dtype", "key", "out", "back", "dims", "attrs", "layout", "torch_in", "torch_out",
+                 "first_call")
     # The slots' types (declared for the type checker; __slots__ makes the storage).
     target: str
     dtype: str
@@ -93,6 +96,7 @@ class Region(metaclass=Memoized):
     layout: str
     torch_in: dict[str, Any] | None
     torch_out: tuple[Any, Any] | None
+    first_call: bool
 
     # -- construction helpers -------------------------------------------------
     def _adopt(self, argument: str, array, target: str | None = None):
@@ -186,6 +190,7 @@ class Region(metaclass=Memoized):
         self.layout = layout
         self.dims = dims
         self.attrs = attrs
+        self.first_call = False  # (the memo marks the first region of a new signature)
         sig = (self.target, self.op, self.dtype, layout, attrs, tuple(dims.values()))
         key = _keys.get(sig)
         if key is None:
@@ -409,8 +414,8 @@ def _normal(rng, shape, dtype: str, scale: float = 1.0):
 
     def draw():
         size = math.prod(shape)
-        if size <= UNIFORM_ABOVE:
-            data = rng.standard_normal(shape, dtype=kind)
+        if size <= UNIFORM_ABOVE:  # (every draw lands 64-byte aligned: ``arbiter.aligned``)
+            data = rng.standard_normal(dtype=kind, out=aligned.empty(shape, kind))
             if scale != 1.0:
                 data *= scale
             return data
@@ -420,10 +425,10 @@ def _normal(rng, shape, dtype: str, scale: float = 1.0):
             # rounds its inputs to those still shows its error. The bits are the generator's raw 64-bit words
             # (a fifth of what ``rng.bytes`` costs for the same bits: 3 ms per 2^22 elements).
             bits = rng.bit_generator.random_raw((size + 3) // 4).view(np.int16)[:size].reshape(shape)
-            u = np.empty(shape, dtype=np.float32)
+            u = aligned.empty(shape, np.float32)
             np.multiply(bits, np.float32(_SQRT3 * scale / 32768.0), out=u, dtype=np.float32)
             return u
-        u = rng.random(shape, dtype=kind)
+        u = rng.random(dtype=kind, out=aligned.empty(shape, kind))
         u *= 2 * _SQRT3 * scale
         u -= _SQRT3 * scale
         return u
@@ -583,8 +588,10 @@ class Softmax(_RowRegion):
     def __init__(self, x, axis: int = -1, *, out=None):
         rows, cols = self._rows(x, axis)
         self._check_out(out, self.x.shape)
-        self._finish(layout_class(self.x), {"rows": rows, "cols": cols},
-                     (("axis", "last" if self.axis_last else "inner"),))
+        # an inner axis of 3-D or 4-D x is keyed by its place (``inner1``: softmax(x, 1)), and probed there
+        # (``layouts.reproduce``): a kernel may take the rows as shape[0] or the axis as 0
+        where = "last" if self.axis_last else "inner" if self.x.ndim <= 2 else f"inner{self.axis}"
+        self._finish(layout_class(self.x), {"rows": rows, "cols": cols}, (("axis", where),))
 
     def operands(self):
         return {"x": self.x}
@@ -592,10 +599,11 @@ class Softmax(_RowRegion):
     @classmethod
     def random(cls, target: str, dtype: str, dims: dict, attrs: dict | None = None, layout: str = "R",
                rng: np.random.Generator | None = None) -> Softmax:
-        """A random instance: ``dims`` has rows, cols; ``attrs`` may set axis ('last' or 'inner')."""
+        """A random instance: ``dims`` has rows, cols; ``attrs`` may set axis ('last', 'inner', or 'inner<i>': the
+        inner axis i of x of a higher rank, drawn 2-D here and given that rank by ``layouts.reproduce``)."""
         axis = (attrs or {}).get("axis", "last")
-        if axis not in ("last", "inner"):
-            raise RegionError("axis", f"{axis!r} is not 'last' or 'inner'")
+        if axis not in ("last", "inner") and not (axis.startswith("inner") and axis[5:].isdigit()):
+            raise RegionError("axis", f"{axis!r} is not 'last', 'inner' or 'inner<i>'")
         last = axis == "last"
         rng = rng if rng is not None else np.random.default_rng(0)
         return cls(cls._random_x(target, dtype, dims, last, layout, rng), axis=-1 if last else 0)

@@ -57,7 +57,7 @@ import torch.nn.functional as F
 from torch.library import custom_op
 
 import arbiter
-from arbiter import dispatch, keys, regions, targets
+from arbiter import audit, dispatch, keys, regions, targets
 from arbiter.ops import kind as op_kinds
 from arbiter.ops.attention.torch_ref import ref_attention  # noqa: F401 (re-exported: arbiter.torch.ref_attention)
 from arbiter.ops.fft.torch_ref import ref_fft  # noqa: F401 (re-exported: arbiter.torch.ref_fft)
@@ -112,8 +112,10 @@ def _arbitrated(op: str, make_region, tensors: list, result_dtype, attrs: tuple 
     if first.device.type == "cpu":
         work = torch.float32 if first.dtype == torch.bfloat16 else None
         sig, same = None, keys.identical_pairs(tensors)
+        views = keys.view_pairs(tensors, [None if t is None else t if t._base is None else t._base for t in tensors])
         if work is None and attrs is not None:
-            sig = _signature(op, attrs, tensors, same)
+            # views of one tensor's memory (matmul(a, a.t())) key apart: their signature says so too
+            sig = _signature(op, attrs, tensors, same + ("views", *views) if views else same)
             found = _on_tensors.get(sig)
             if found is not None:
                 y = found(tensors)
@@ -147,7 +149,8 @@ def _arbitrated(op: str, make_region, tensors: list, result_dtype, attrs: tuple 
 
 def _signature(op: str, attrs: tuple, tensors, same: tuple) -> tuple:
     """A CPU call's signature: the op, its other arguments, each tensor's shape, strides and dtype (None: absent),
-    and ``same`` (``keys.identical_pairs(tensors)``: one tensor passed twice; its key says so)."""
+    and ``same`` (``keys.identical_pairs(tensors)``: one tensor passed twice, then ``keys.view_pairs``: views of one
+    tensor's memory; their key says so)."""
     sig = (op, attrs, *[None if t is None else (t.shape, t.stride(), t.dtype) for t in tensors])  # (Size: a tuple)
     return sig + same if same else sig
 
@@ -195,10 +198,10 @@ class _OnTensors:
         candidate = None if route is None else route.candidate
         self.routes[sig] = (region.key.id, route)
         if route is None or candidate is None or not route.native or region.nd_shape is not None \
-                or region.out is not None or getattr(route.run, "__self__", None) is not candidate:  # audited
+                or region.out is not None or not audit.unaudited(route.run, candidate):  # sampled
             self.entries[sig] = None
             return
-        own = route.run  # the candidate's own run
+        own = route.run  # the candidate's own run (or behind the first-call check: this signature's is taken)
         names = {}  # operand name -> position among the call's tensors: the region must hold them as given
         for name, array in region.operands().items():
             at = next((i for i, r in enumerate(ready) if r is array), None)

@@ -112,6 +112,7 @@ def test_rate_zero_spends_nothing(only_candidates, monkeypatch):
     wrong = QuantizedFastPath()
     only_candidates("cpu", "softmax", wrong, _builtin())
     monkeypatch.setenv("ARBITER_AUDIT", "0")
+    monkeypatch.setenv("ARBITER_FIRST_CALLS", "off")  # (on, a first call is checked: tests/test_first_calls.py)
     assert audit.drain(30)  # an earlier test's samples still being checked would count here
     before = audit.Counts(**vars(audit.counts))
     monkeypatch.setattr(audit, "_submit", lambda job: pytest.fail("sampled at rate 0"))

@@ -57,8 +57,9 @@ def test_the_key_says_which_operand_is_passed_twice():
     assert "shares=v@k" in Attention(q, k, k).key.id
     assert "shares" not in Attention(q, k, k.copy()).key.id
     a = _f32(8, 8)
-    assert "shares=b@a" in Matmul(a, a).key.id and "shares" not in Matmul(a, a.T).key.id  # identity only
-    assert layouts.shares(Attention(q, k, k).attrs) == [("v", "k")]
+    assert "shares=b@a" in Matmul(a, a).key.id and "shares=b~a" in Matmul(a, a.T).key.id  # a view: its own mark
+    assert "shares" not in Matmul(a, a.T.copy()).key.id
+    assert layouts.shares(Attention(q, k, k).attrs) == [("v", "k", "@")]
 
 
 def test_every_probe_of_a_shared_key_passes_one_array_twice():

@@ -135,7 +135,8 @@ def test_tune_attr_with_an_unknown_value_is_refused_naming_it(tmp_path, attr, ar
                              "softmax", "--shape", "8x8", "--attr", attr], capture_output=True, text=True,
                             timeout=300)
     text = " ".join((result.stdout + result.stderr).split())
-    assert result.returncode == 2 and f"{argument}: '{attr.split('=')[1]}' is not 'last' or 'inner'" in text, text
+    said = f"{argument}: '{attr.split('=')[1]}' is not 'last', 'inner' or 'inner<i>'"
+    assert result.returncode == 2 and said in text, text
     assert "Traceback" not in text and "tuned" not in text
 
 

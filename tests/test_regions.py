@@ -68,8 +68,9 @@ def test_pow2_buckets_and_edges():
 
 def test_softmax_rows_cols_for_any_axis():
     r = Softmax(mat(2, 3, 5), axis=1)
-    # a 3-D x is its own key (issue 25: a kernel may take rows as shape[0]): layouts=x-R3
-    assert r.dims == {"rows": 10, "cols": 3} and dict(r.key.attrs) == {"axis": "inner", "layouts": "x-R3"}
+    # a 3-D x is its own key (issue 25: a kernel may take rows as shape[0]): layouts=x-R3, and the axis by its
+    # place (issue 38: probed there)
+    assert r.dims == {"rows": 10, "cols": 3} and dict(r.key.attrs) == {"axis": "inner1", "layouts": "x-R3"}
 
 
 def test_random_regions_are_never_zero_and_keep_layout():

@@ -24,7 +24,9 @@ def _walk_module():
 
 
 @pytest.mark.parametrize("policy", ["tier"])
-def test_a_miss_reaches_selection_through_decide_alone(policy):
+def test_a_miss_reaches_selection_through_decide_alone(policy, monkeypatch):
+    # selection's walk: the served call's first-call check (issue 38 item 4, arbiter.audit) is off for it
+    monkeypatch.setenv("ARBITER_FIRST_CALLS", "off")
     walk = _walk_module()
     rng = np.random.default_rng(0)
     a, b = (rng.standard_normal((24, 24)).astype(np.float32) for _ in range(2))

@@ -6,6 +6,7 @@ import platform
 
 import numpy as np
 
+from arbiter import aligned
 from arbiter.targets import Target, Timer
 
 
@@ -93,12 +94,21 @@ class CpuTarget(Target):
         return np.asarray(array)
 
     def from_host(self, array, dtype, order="C"):
-        # No copy when the dtype already matches: callers hand over fresh host data (probes, families).
-        out = np.asarray(array).astype(np_dtype(dtype), copy=False)
-        return np.asfortranarray(out) if order == "F" else np.ascontiguousarray(out)
+        # No copy when the dtype, order and 64-byte alignment already match: callers hand over fresh host data
+        # (probes, families; ``regions._normal`` draws it aligned, as torch's allocator aligns a caller's tensors).
+        array = np.asarray(array)
+        want = np_dtype(dtype)
+        if (array.dtype == want and (array.flags.f_contiguous if order == "F" else array.flags.c_contiguous)
+                and aligned.is_aligned(array)):
+            return array
+        out = aligned.empty(array.shape, want, order)
+        out[...] = array
+        return out
 
-    def full(self, shape, value, dtype):
-        return np.full(shape, value, dtype=np_dtype(dtype))
+    def full(self, shape, value, dtype):  # 64-byte aligned: the gate's outputs (``arbiter.aligned``)
+        out = aligned.empty(shape, np_dtype(dtype))
+        out.fill(value)
+        return out
 
     def empty(self, shape, dtype):
         return np.empty(shape, dtype=np_dtype(dtype))

@@ -9,17 +9,19 @@ from arbiter.oracles.long_rows import softmax_pieces
 from arbiter.oracles.softmax import oracle
 
 
+def _split_axis(region) -> int:
+    """The axis rows are split along: the first, or the last where the reduced axis is the first."""
+    return 0 if region.axis != 0 else region.x.ndim - 1
+
+
 def sub_rows(region, i0: int, i1: int):
-    if region.axis_last:
-        return regions.Softmax(region.x[i0:i1], axis=-1), (slice(i0, i1),)
-    return regions.Softmax(region.x[:, i0:i1], axis=0), (slice(None), slice(i0, i1))
+    index = (slice(None),) * _split_axis(region) + (slice(i0, i1),)
+    return regions.Softmax(region.x[index], axis=region.axis), index
 
 
 def row_count(region) -> int:
-    if not region.axis_last:
-        return region.x.shape[1]
     shape = region.output_shape()
-    return shape[0] if shape else 0
+    return shape[_split_axis(region)] if shape else 0
 
 
 SUITE: tuple[tuple[dict, str, dict], ...] = (
@@ -32,4 +34,4 @@ SUITE: tuple[tuple[dict, str, dict], ...] = (
 KIND = OpKind("softmax", regions.Softmax, oracle, families=FAMILIES, suite=SUITE, sub_rows=sub_rows,
               row_count=row_count, row_pieces=softmax_pieces, work=rows.work, work_text=rows.WORK_TEXT,
               torch_reference="arbiter.ops.softmax.torch_ref:ref_softmax",
-              gate_version=2)  # 2: the finfo_min_mask family (issue 38 item 5)
+              gate_version=3)  # 2: the finfo_min_mask family (issue 38 item 5); 3: inner axes of 3-D/4-D x
