@@ -203,19 +203,30 @@ def reduced(dims: dict, region, work: float) -> dict:
 INTERIOR_MIN = 64  # buckets of at least this bound get interior sizes (smaller ones are probed at every corner)
 
 
+def size_classes(bound: int) -> list[int]:
+    """Three sizes inside the power-of-two bucket (B/2, B]: an odd multiple of 128 near 5B/8, one just past 3B/4
+    with an odd tail, an odd multiple of 64 near 15B/16 (B=1024: 640, 771, 960; B=2048: 1408, 1539, 1856). A
+    kernel with a path for column counts that are odd multiples of 128 (640, 896), for a K above 768 that is not a
+    multiple of 128, or for sizes that are multiples of 64 but not of 128, is probed there. Small buckets, where
+    no such multiple lies inside, get 5B/8 + 3 and 7B/8 + 3 instead."""
+    q128, q64 = bound * 5 // 8 // 128, bound * 15 // 16 // 64
+    by128 = (q128 | 1) * 128 if bound >= 512 else min(bound * 5 // 8 + 3, bound)
+    by64 = (q64 if q64 % 2 else q64 - 1) * 64 if bound >= 256 else min(bound * 7 // 8 + 3, bound)
+    return [by128, min(bound * 6 // 8 + 3, bound), by64]
+
+
 def interior_shapes(region) -> list[dict]:
-    """Sizes inside a bucket, not only at its corners: for each power-of-two dimension whose bucket spans
-    (B/2, B], one size just past each eighth-boundary 5B/8, 3B/4, 7B/8 with an odd tail (B=1024: 643, 771, 899;
-    none a multiple of 128), the other dimensions at the bucket's low corner. A kernel that changes its path in
-    a size range (a K above 768 that is not a multiple of 128) is probed there."""
+    """Sizes inside a bucket, not only at its corners: for each power-of-two dimension, its ``size_classes``,
+    the other dimensions at the bucket's low corner. A first call at any other exact size is checked when it is
+    served (``arbiter.audit``'s first calls): a size whose index arithmetic crosses 2^31 inside a bucket too."""
     low = corner_shapes(region)[0]
     shapes = []
     for name, bound in region.key.bucket:
         if region.bucket_policy.get(name, POW2) is not POW2 or bound < INTERIOR_MIN:
             continue
-        for j in (5, 6, 7):
+        for size in size_classes(bound):
             shape = dict(low)
-            shape[name] = min(bound * j // 8 + 3, bound)
+            shape[name] = size
             shapes.append(shape)
     return shapes
 

@@ -157,3 +157,23 @@ def test_the_memo_keeps_views_apart_from_copies():
     first = Matmul(a, a.T).key.id
     assert Matmul(a, a.T.copy()).key.id != first and Matmul(a, a.T).key.id == first
     assert layouts.shares(Matmul(a, a.T).attrs) == [("b", "a", "~")]
+
+
+class WrongAtOddMultiplesOf128(Candidate):
+    """A GEMM with a path for column counts that are odd multiples of 128 (640, 896) that drops the last column."""
+
+    name, target, op, tier, priority = "wrong_at_odd_multiples_of_128", "cpu", "matmul", Tier.HAND_TUNED, 100
+
+    def run(self, region, params):
+        out = region.alloc_out()
+        np.matmul(region.a, region.b, out=out)
+        n = out.shape[1]
+        if n % 128 == 0 and (n // 128) % 2 == 1:
+            out[:, -1] = 0.0
+        return out
+
+
+def test_a_path_for_odd_multiples_of_128_inside_the_bucket_is_probed():
+    region = Matmul(_f32(16, 16), _f32(16, 1000) / 4)  # n in (512, 1024]: the gate probes 640 there
+    verdict = verify(WrongAtOddMultiplesOf128(), {}, region)
+    assert not verdict.passed and "640" in verdict.reason.split(":")[0], verdict.reason  # at 16x640x16: ...
