@@ -28,9 +28,8 @@ put back at once), and, without ``out=``, an output that does not reuse the memo
 from the previous sampled call (a pooled buffer). The first call of every exact shape a route serves is sampled
 too. The checker thread computes the oracle under the default floating-point environment. A call that declined
 (``Fallback``) is not audited: its stand-in served it. Torch callers' CUDA calls (``region.torch_in``,
-``Route.run_torch``) are audited alike: their tensors cloned before the run, the result copied to the host after,
-the oracle in float64 (on the host for torch tensors). Calls under ``ARBITER_DISABLE`` are not audited. At rate 0,
-the first call of each signature new to the process is checked (``first_calls``).
+``Route.run_torch``) and calls under ``ARBITER_DISABLE`` are not audited. At rate 0, the first call of each
+signature new to the process is checked (``first_calls``).
 """
 from __future__ import annotations
 
@@ -138,18 +137,17 @@ def arm(route, table: dict, store_of, again=None) -> None:
     (region)``: the raw result of the key's solution after a demotion (first calls checked ``before``)."""
     run = route.candidate.run
     if route.chosen_by == ChosenBy.DISABLED:  # ARBITER_DISABLE: no registry to record in
-        route.run, route.run_torch = run, route.torch_own
+        route.run = run
         return
     r, mode = rate(), first_calls()
-    # a torch caller's calls (CUDA tensors: ``route.run_torch``) are audited as the others are, on its own run
-    for own, name in ((run, "run"), (route.torch_own, "run_torch")):
-        if r > 0.0:
-            wrapped = _sampler(route, own, r, table, store_of)
-        elif mode == "off":
-            wrapped = own
-        else:
-            wrapped = _first_checked(route, own, table, store_of, again if mode == "before" else None)
-        setattr(route, name, wrapped)
+    # (a torch caller's CUDA calls, ``route.run_torch``, are not wrapped: tried, its clones landed in the pool of
+    # torch.compile's CUDA graph trees, and the budget hooks read NumPy/CuPy arrays only; see docs/architecture.md)
+    if r > 0.0:
+        route.run = _sampler(route, run, r, table, store_of)
+    elif mode == "off":
+        route.run = run
+    else:
+        route.run = _first_checked(route, run, table, store_of, again if mode == "before" else None)
 
 
 def unaudited(run, candidate) -> bool:

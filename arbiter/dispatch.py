@@ -60,8 +60,8 @@ class Route:
     (the key decided here), loads (a stored solution installed), fallbacks (a stand-in served; see
     ``CountDelta``). ``candidate`` and ``params`` are the solution's, kept for the hot path."""
 
-    __slots__ = ("key", "solution", "candidate", "params", "run", "run_torch", "torch_own", "native", "chosen_by",
-                 "hits", "misses", "fallbacks", "loads", "flushed", "env", "capturable", "captured", "stands_in_for")
+    __slots__ = ("key", "solution", "candidate", "params", "run", "run_torch", "native", "chosen_by", "hits",
+                 "misses", "fallbacks", "loads", "flushed", "env", "capturable", "captured", "stands_in_for")
 
     def __init__(self, key, candidate, solution: Solution, chosen_by: ChosenBy, env):
         self.key, self.candidate, self.solution, self.chosen_by, self.env = key, candidate, solution, chosen_by, env
@@ -76,7 +76,6 @@ class Route:
         # through run_for_torch (CuPy views, torch's stream). Chosen here, once, not on every call.
         self.native = bool(getattr(candidate, "torch_native", False))
         self.run_torch = candidate.run if self.native else functools.partial(_through_torch, candidate)
-        self.torch_own = self.run_torch  # (the audit wraps run_torch as it wraps run: arbiter.audit.arm)
         self.hits = self.misses = self.fallbacks = self.loads = 0
         self.flushed = (0, 0, 0, 0)
 
