@@ -354,7 +354,7 @@ def _inner_axis(x, rank: int, axis: int, flip: bool):
     ``flip`` alternates which side a prime count goes), the same values along each reduced column."""
     cols, rows = x.shape
     p = next((f for f in range(2, math.isqrt(rows) + 1) if rows % f == 0), None)
-    outer = p if p is not None else (rows if flip else 1)
+    outer = p if p is not None else (rows if flip and rows else 1)  # (no rows: an empty x of that rank)
     before = [outer] + [1] * (axis - 1) if axis else []
     after = [rows // outer] + [1] * (rank - axis - 2) if axis < rank - 1 else []
     if not before:  # the axis is the first: every row after it
