@@ -359,7 +359,7 @@ def _served_again(region):
     """The raw result of ``region``'s key after its route was demoted (a first call checked before serving
     failed): the miss decides again, without the demoted solution."""
     route = _miss(region, None)
-    result = route.run(region, route.params) if region.torch_in is None else route.run_torch(region, route.params)
+    result = route.run(region, route.params)  # (a torch caller's CUDA call, route.run_torch, is not checked)
     return result.result if type(result) is Fallback else result
 
 

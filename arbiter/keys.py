@@ -142,26 +142,6 @@ def layout_class(array) -> str:
     return "S"
 
 
-def identical_pairs(items) -> tuple:
-    """((i, j), ...) where ``items[i] is items[j]``, j < i the first such, None skipped: one array (tensor) passed
-    twice. The one definition for the key (``layouts.shared_operands``), the region memo's signature and arbiter.torch's
-    fast-path signature; plain loops and counters, no builtin called (that fast path counts Python calls)."""
-    found: tuple = ()
-    i = 0
-    for t in items:
-        if t is not None:
-            j = 0
-            for u in items:
-                if j == i:
-                    break
-                if u is t:
-                    found += ((i, j),)
-                    break
-                j += 1  # noqa: SIM113 (enumerate is a builtin call per loop)
-        i += 1  # noqa: SIM113 (the same)
-    return found
-
-
 def memory_root(array):
     """The object that owns ``array``'s memory, as far as identity tells it without a memory-overlap test: a
     NumPy/CuPy view's ``base``, a torch view's ``_base``, and through a NumPy view of a torch tensor (what
@@ -204,24 +184,33 @@ def overlap(a, b) -> bool:
     return alo < bhi and blo < ahi
 
 
-def view_pairs(items, roots=None) -> tuple:
-    """((i, j), ...) where ``items[i]`` and ``items[j]`` (j < i the first such) are different arrays over one
-    allocation (``memory_root``) whose memory ranges overlap: ``matmul(a, a.T)``, ``attention(q, q[:], v)`` (q,
-    k and v cut apart from one packed buffer do not overlap: not a pair). ``roots``: the items' roots where the
-    caller has them (arbiter.torch reads ``_base`` inline). Identity first, like ``identical_pairs`` (an array
-    passed twice is that function's pair, not this one's); the bounds are compared only where the roots match."""
+def shared_pairs(items, roots=None) -> tuple[tuple, tuple]:
+    """(same, views) of ``items`` (arrays or tensors, None skipped), each ((i, j), ...) with j < i the first such:
+    ``same`` where ``items[i] is items[j]`` (one array passed twice: ``attention(q, k, k)``), ``views`` where they
+    are different arrays over one allocation (``memory_root``) whose memory ranges overlap (``matmul(a, a.T)``;
+    q, k and v cut apart from one packed buffer do not overlap: not a pair). ``roots``: the items' roots where the
+    caller has them (arbiter.torch reads ``_base`` inline). One pass for the key (``layouts.shared_operands``), the
+    region memo's signature and arbiter.torch's fast-path signature: identity first, the bounds compared only where
+    the roots match; plain loops and counters (that fast path counts Python calls)."""
     roots = [None if t is None else memory_root(t) for t in items] if roots is None else roots
-    found: tuple = ()
+    same: tuple = ()
+    views: tuple = ()
     i = 0
     for r in roots:
         if r is not None:
-            j = 0
+            t, view, j = items[i], None, 0
             for u in roots:
                 if j == i:
                     break
-                if u is r and items[j] is not items[i] and overlap(items[i], items[j]):
-                    found += ((i, j),)
-                    break
-                j += 1  # noqa: SIM113 (as in identical_pairs)
-        i += 1  # noqa: SIM113
-    return found
+                if u is r:
+                    if items[j] is t:  # the same array: that pair, not a view
+                        same += ((i, j),)
+                        view = None
+                        break
+                    if view is None and overlap(t, items[j]):
+                        view = (i, j)
+                j += 1  # noqa: SIM113 (enumerate is a builtin call per loop)
+            if view is not None:
+                views += (view,)
+        i += 1  # noqa: SIM113 (the same)
+    return same, views

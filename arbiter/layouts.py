@@ -47,7 +47,7 @@ import numpy as np
 
 from arbiter import aligned
 from arbiter.errors import RegionError
-from arbiter.keys import identical_pairs, view_pairs
+from arbiter.keys import shared_pairs
 
 # The rank each op draws an operand at: an operand of another rank is listed in the key.
 DEFAULT_RANK = {"a": 2, "b": 2, "bias": 1, "residual": 2, "x": 2, "weight": 1, "q": 4, "k": 4, "v": 4,
@@ -138,8 +138,8 @@ def shared_operands(operands: dict) -> list[str]:
     memory's owner, ``keys.memory_root``): free of an overlap test."""
     names = list(operands)
     arrays = list(operands.values())
-    same = [f"{names[i]}@{names[j]}" for i, j in identical_pairs(arrays)]
-    return same + [f"{names[i]}~{names[j]}" for i, j in view_pairs(arrays)]
+    same, views = shared_pairs(arrays)
+    return [f"{names[i]}@{names[j]}" for i, j in same] + [f"{names[i]}~{names[j]}" for i, j in views]
 
 
 def shares(attrs) -> list[tuple[str, str, str]]:

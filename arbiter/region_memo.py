@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from arbiter.keys import identical_pairs, view_pairs
+from arbiter.keys import shared_pairs
 from arbiter.memo import Memo
 
 # The memo is emptied when its recipes would hold more than this (a shape-churning caller, e.g. varying batch
@@ -220,11 +220,10 @@ def signature(cls, args: tuple, kwargs: dict):
             extend((kind, *fields(v)))
             arrays.append(i)
     if len(arrays) > 1:  # one array passed twice (attention(q, k, k)), or views of one buffer (matmul(a, a.T)),
-        given = [values[i] for i in arrays]  # key apart: the pairs (positions among the arrays) join the signature
-        same = identical_pairs(given)
+        # key apart: the pairs (positions among the arrays) join the signature
+        same, views = shared_pairs([values[i] for i in arrays])
         if same:
             extend(("same", *same))
-        views = view_pairs(given)
         if views:
             extend(("views", *views))
     return tuple(sig), values, arrays

@@ -111,8 +111,9 @@ def _arbitrated(op: str, make_region, tensors: list, result_dtype, attrs: tuple 
     first = tensors[0]
     if first.device.type == "cpu":
         work = torch.float32 if first.dtype == torch.bfloat16 else None
-        sig, same = None, keys.identical_pairs(tensors)
-        views = keys.view_pairs(tensors, [None if t is None else t if t._base is None else t._base for t in tensors])
+        sig = None
+        same, views = keys.shared_pairs(tensors, [None if t is None else t if t._base is None else t._base
+                                                  for t in tensors])
         if work is None and attrs is not None:
             # views of one tensor's memory (matmul(a, a.t())) key apart: their signature says so too
             sig = _signature(op, attrs, tensors, same + ("views", *views) if views else same)
@@ -149,7 +150,7 @@ def _arbitrated(op: str, make_region, tensors: list, result_dtype, attrs: tuple 
 
 def _signature(op: str, attrs: tuple, tensors, same: tuple) -> tuple:
     """A CPU call's signature: the op, its other arguments, each tensor's shape, strides and dtype (None: absent),
-    and ``same`` (``keys.identical_pairs(tensors)``: one tensor passed twice, then ``keys.view_pairs``: views of one
+    and ``same`` (``keys.shared_pairs(tensors)``: one tensor passed twice, then ``"views"`` and views of one
     tensor's memory; their key says so)."""
     sig = (op, attrs, *[None if t is None else (t.shape, t.stride(), t.dtype) for t in tensors])  # (Size: a tuple)
     return sig + same if same else sig
@@ -531,7 +532,7 @@ def _decided_native(op: str, descs: tuple, others: tuple) -> bool:
         real = [torch.empty_strided(d[0], d[1], dtype=d[2]).normal_() for d in descs]
         args = tuple(real[value] if kind == "t" else value for kind, value in others)
         tensors, attrs = _sig_parts(op, args)
-        sig = _signature(op, attrs, tensors, keys.identical_pairs(tensors))
+        sig = _signature(op, attrs, tensors, keys.shared_pairs(tensors)[0])  # (fresh tensors: no views)
         known = _on_tensors.routes.get(sig)
         if known is None or known[1] is None or dispatch.route(known[0], torch_caller=True) is not known[1]:
             IMPL[op](*args)  # the decision its first eager call would make (the gate draws its own probes)

@@ -370,8 +370,6 @@ def _on_target(host_region, target: str):
 def _copy(value):
     if hasattr(value, "shape") and hasattr(value, "dtype") and hasattr(value, "copy"):
         return value.copy()
-    if hasattr(value, "data_ptr") and hasattr(value, "clone"):  # a torch tensor (a torch caller's, audited)
-        return value.detach().clone()
     if isinstance(value, tuple):
         return tuple(_copy(v) for v in value)
     if isinstance(value, list):

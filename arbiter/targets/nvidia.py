@@ -229,14 +229,12 @@ class NvidiaTarget(Target):
 
     def to_host(self, array) -> np.ndarray:
         lib = self._require()
-        if self.arrays == "cupy" and not hasattr(array, "data_ptr"):
+        if self.arrays == "cupy":
             return lib.asnumpy(array)
-        # a torch tensor: the target's own arrays without CuPy, or a torch caller's (audited) with it
-        torch = sys.modules["torch"]
         host = array.detach().cpu()
-        if host.dtype == torch.bfloat16:  # NumPy has no bfloat16: the bits, read as ml_dtypes' (or widened)
+        if host.dtype == lib.bfloat16:  # NumPy has no bfloat16: the bits, read as ml_dtypes' (or widened)
             dt = self.bfloat16()
-            return host.view(torch.int16).numpy().view(dt) if dt is not None else host.float().numpy()
+            return host.view(lib.int16).numpy().view(dt) if dt is not None else host.float().numpy()
         return host.numpy()
 
     def from_host(self, array, dtype, order="C"):
