@@ -29,8 +29,8 @@ others, as the attribute ``layouts`` (``a-T2u+bias-S1``), so the keys of plain c
 One array passed as two operands (``attention(q, k, k)``, ``matmul(a, a)``) is keyed too (attribute ``shares``,
 ``v@k``: v is k), and so is a view overlapping another operand's memory (``b~a``: ``matmul(a, a.T)``; told by the
 identity of the memory's owner, ``keys.memory_root``, then bounds only where the owners match).
-Every probe of such a key passes one array twice, or the other operand's transpose, or two views of one buffer,
-where its shapes allow (``_share``).
+Every probe of such a key passes one array twice, or the other operand's transpose or a view of it, where its
+shapes allow (``_share``).
 
 Aliasing contract (``aliased``; docs/architecture.md): ``out=`` may be exactly an input (same memory, shape and
 strides) where the op reads each input element before writing the output element at the same index: a
@@ -133,9 +133,9 @@ def key_attrs(region) -> tuple[tuple[str, str], ...]:
 
 def shared_operands(operands: dict) -> list[str]:
     """``["v@k"]`` where operand ``v`` is the very array ``k`` is (``attention(q, k, k)``, ``matmul(a, a)``), and
-    ``["b~a"]`` where ``b`` is a view of ``a``'s memory (``matmul(a, a.T)``, or both cut from one buffer): a kernel
-    may exploit or be broken by the sharing, so the key says it and the probes reproduce it. Identity only (the
-    memory's owner, ``keys.memory_root``): free of an overlap test."""
+    ``["b~a"]`` where ``b`` is a view overlapping ``a``'s memory (``matmul(a, a.T)``): a kernel may exploit or be
+    broken by the sharing, so the key says it and the probes reproduce it (``keys.shared_pairs``: the memory's
+    owner by identity, the bounds compared only where the owners match)."""
     names = list(operands)
     arrays = list(operands.values())
     same, views = shared_pairs(arrays)
@@ -367,7 +367,7 @@ def _share(fresh, attrs, replaced: dict) -> dict:
     """Make the operands the key's ``shares`` names share memory as the caller's did, where the probe's shapes
     allow (a skewed probe of ``matmul(a, a)`` has m != k: drawn apart there): ``v@k`` one array; ``b~a`` the
     other operand's transpose where the shapes are transposed (``matmul(a, a.T)``), a view of it where they are
-    equal, else both cut from one buffer, each keeping its values and layout class (C- or Fortran-contiguous)."""
+    equal, else drawn apart."""
     for name, first, sep in shares(attrs):
         operands = fresh.operands()
         a, b = operands.get(name), operands.get(first)
@@ -383,34 +383,7 @@ def _share(fresh, attrs, replaced: dict) -> dict:
         elif a.shape == b.shape:  # another array object over the same memory (``q[:]``)
             set_operands(fresh, {name: b[...]})
             replaced[name] = b[...]
-        else:
-            pair = _one_buffer(b, a)
-            if pair is not None:
-                set_operands(fresh, {first: pair[0], name: pair[1]})
-                replaced[first], replaced[name] = pair
     return replaced
-
-
-def _one_buffer(first, second):
-    """Copies of two dense arrays cut from one allocation, ``second`` right after ``first`` (each in its own order,
-    C or Fortran); None where either is not dense."""
-    orders = []
-    for array in (first, second):
-        flags = array.flags
-        orders.append("C" if flags.c_contiguous else "F" if flags.f_contiguous else None)
-    if None in orders:
-        return None
-    xp = _xp(first)
-    flat = xp.empty((first.size + second.size,), dtype=first.dtype)
-    views = []
-    start = 0
-    for array, order in zip((first, second), orders):
-        view = flat[start:start + array.size].reshape(array.shape[::-1] if order == "F" else array.shape)
-        view = view.T if order == "F" else view
-        view[...] = array
-        views.append(view)
-        start += array.size
-    return views[0], views[1]
 
 
 def set_operands(region, arrays: dict) -> None:
