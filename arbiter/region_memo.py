@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from arbiter.keys import shared_pairs
+from arbiter.keys import memory_root, shared_pairs
 from arbiter.memo import Memo
 
 # The memo is emptied when its recipes would hold more than this (a shape-churning caller, e.g. varying batch
@@ -203,6 +203,7 @@ def signature(cls, args: tuple, kwargs: dict):
         values, sig = args, [cls]
     extend = sig.extend
     arrays = []
+    roots = []  # the memory's owner of each array (``keys.memory_root``), read inline: this is the hot path
     for i, v in enumerate(values):
         kind = type(v)
         family = _families.get(kind)
@@ -211,6 +212,8 @@ def signature(cls, args: tuple, kwargs: dict):
         if family == TORCH:  # a torch caller's tensors: the hot case, read inline (_FIELDS[TORCH])
             extend((kind, v.shape, v.dtype, v.stride(), v.device))
             arrays.append(i)
+            base = v._base
+            roots.append(v if base is None else base)
         elif family == SCALAR:
             extend((kind, v))
         else:
@@ -219,9 +222,11 @@ def signature(cls, args: tuple, kwargs: dict):
                 return None
             extend((kind, *fields(v)))
             arrays.append(i)
-    if len(arrays) > 1:  # one array passed twice (attention(q, k, k)), or views of one buffer (matmul(a, a.T)),
+            base = v.base  # (NumPy's and CuPy's; a NumPy view of something else: its own walk)
+            roots.append(v if base is None else base if type(base) is np.ndarray else memory_root(v))
+    if len(arrays) > 1:  # one array passed twice (attention(q, k, k)), or a view overlapping another (a, a.T),
         # key apart: the pairs (positions among the arrays) join the signature
-        same, views = shared_pairs([values[i] for i in arrays])
+        same, views = shared_pairs([values[i] for i in arrays], roots)
         if same:
             extend(("same", *same))
         if views:
