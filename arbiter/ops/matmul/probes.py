@@ -13,8 +13,10 @@ def _nonfinite(region, rng):
     """NaN and +Inf bias columns, Inf/NaN residual elements; a NaN row of a under an activation without either."""
     if region.bias is not None:  # a NaN column and a +Inf column through the activation
         n = region.bias.shape[0]
-        poke(region, region.bias, rng.integers(0, n), np.nan)
-        poke(region, region.bias, rng.integers(0, n), np.inf)
+        nan = int(rng.integers(0, n))
+        poke(region, region.bias, nan, np.nan)
+        if n > 1:  # another column: drawn apart, the Inf overwrote the NaN one gate in n (a NaN-dropping relu passed)
+            poke(region, region.bias, (nan + int(rng.integers(1, n))) % n, np.inf)
     if region.residual is not None:  # added after the activation: one element each
         m, n = region.residual.shape
         poke(region, region.residual, (rng.integers(0, m), rng.integers(0, n)), -np.inf)
