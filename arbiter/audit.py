@@ -355,8 +355,7 @@ def compare_call(region, y, budget: Budget) -> tuple[str, float, float]:
     if (math.prod(max(v, 1) for v in region.dims.values()) <= verify.CHEAP_CHECK_WORK
             and math.prod(region.output_shape()) <= verify.CHUNK_ELEMENTS):
         with oracles.on_device():
-            kind = op_kind(region.op)
-            return verify.compare(y, kind.oracle(region), budget, kind.nan_fills_row)
+            return verify.compare_full(region, y, budget)
     return verify.check_output(region, y, budget, np.random.default_rng())
 
 

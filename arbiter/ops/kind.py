@@ -69,6 +69,10 @@ class OpKind:
     # A row whose oracle output holds a NaN (its input held a NaN or an Inf) may come back NaN in every element:
     # the row is non-finite either way, and vendors' fused norms (torch's CUDA rms_norm) fill it (budgets.md).
     nan_fills_row: bool = False
+    # region -> float64 array shaped like the output: the rounding error a correct kernel may make at each element
+    # by its summation order, subtracted from each difference where the full reference is compared (like the
+    # output format's own floor, ``verify.ROUNDING_FLOOR``). None: the output's rounding alone.
+    rounding: Callable | None = None
     # This op's own gate rules version (``arbiter.gate``): bump it when what the gate decides for this op alone
     # changes (its oracle, budgets, families, large-shape check); only this op's verdicts are then taken again.
     gate_version: int = 1

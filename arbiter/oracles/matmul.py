@@ -56,3 +56,24 @@ def oracle(region) -> np.ndarray:
     if region.residual is not None:
         z = z + host64(region, region.residual)
     return z
+
+
+# The accumulation's unit roundoff: float64 kernels sum in float64, every other dtype in float32 at least (a
+# half-precision kernel summing in half is wrong at large k, and the budget, not this floor, must say so).
+_ACCUMULATE_UNIT = {"float64": 2.0 ** -53, "complex128": 2.0 ** -53}
+
+
+def rounding(region) -> np.ndarray:
+    """The error a correct kernel may make at each element by the order it sums in, on the data's own scale:
+    ``4 u sqrt(k) sqrt((a*a) @ (b*b) + bias^2)`` (u the accumulation's unit roundoff, a probabilistic bound
+    after Higham and Mary; 4 covers the activations' slope, at most 1.13). The gate subtracts it from each
+    difference: the budget is relative to the output, and where a + b and bias nearly cancel (a relu leaving
+    nine of eighteen elements, each small) a correct float32 sgemm missed it one gate in 1,500. It is small
+    beside any wrong answer: relative to the output about 4 u sqrt(k), 1.5e-5 at k = 4096 in float32, where
+    TF32 inputs err 4e-4 and a dropped term its own size."""
+    a, b = abs(host64(region, region.a)), abs(host64(region, region.b))
+    scale = (a * a) @ (b * b)
+    if region.bias is not None:
+        scale = scale + abs(host64(region, region.bias)) ** 2
+    unit = _ACCUMULATE_UNIT.get(str(region.dtype), 2.0 ** -24)
+    return (4.0 * unit * math.sqrt(max(a.shape[-1], 1))) * array_module(scale).sqrt(scale)
