@@ -38,6 +38,7 @@ BENCHMARKS = {
     "rows_tc.py": ([], "rows_tc.md", True),
     "torch_cpu.py": ([], "torch_cpu.md", False),
     "thin_path.py": ([], "thin_path.md", False),
+    "thread_stalls.py": ([], "thread_stalls.md", False),
     "timing_audit.py": ([], "timing_audit.md", False),
     "torch_model.py": ([], "torch_model.md", False),
     "tune_cost.py": ([], "tune_cost.md", False),
