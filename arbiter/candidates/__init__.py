@@ -288,11 +288,20 @@ def _package_version(module_name: str) -> str:
 
 
 @functools.cache
+def _packages_distributions() -> dict:
+    """Top-level module -> distributions, read once a process: each read walks every installed distribution's
+    metadata (0.15 s here), and a gate asked it once per package a candidate references (7 times a softmax key)."""
+    from importlib import metadata
+
+    return dict(metadata.packages_distributions())
+
+
+@functools.cache
 def _distribution_version(top: str) -> str:
     from importlib import metadata
 
     try:
-        dists = metadata.packages_distributions().get(top) or [top]
+        dists = _packages_distributions().get(top) or [top]
         return f"{top}=={metadata.version(dists[0])}"
     except Exception:  # stdlib, or a module without distribution metadata
         import sys
