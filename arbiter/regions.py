@@ -60,7 +60,7 @@ ACTIVATIONS = ("none", "relu", "gelu", "gelu_tanh", "silu")
 
 
 class Region(metaclass=Memoized):
-    """Base of all region types. Subclasses set ``op`` and fill the slots via ``_finish``.
+    """Base of all region types. Subclasses set ``op`` and fill the slots via ``complete``.
 
     Constructing one goes through the recipe memo (``arbiter.region_memo``): operands of a signature seen
     before skip validation, which depends on signatures only."""
@@ -75,7 +75,7 @@ class Region(metaclass=Memoized):
     # the CLI refuses it. ``accuracy`` (the looser-budget consent) is every op's.
     ATTRS: ClassVar[tuple[str, ...]] = ()
     # The caller's output shape where the region computes on a 2-D view of N-D operands (Matmul and Gated
-    # with leading batch dimensions, see ``_as_rows``): ``run_arbitrated`` reshapes the result to it.
+    # with leading batch dimensions, see ``as_rows``): ``run_arbitrated`` reshapes the result to it.
     nd_shape: tuple[int, ...] | None = None  # a class default; Matmul and Gated have the slot
 
     # torch_in: a torch caller's CUDA tensors by argument name (None unless the first operand is a torch
@@ -98,9 +98,12 @@ class Region(metaclass=Memoized):
     torch_out: tuple[Any, Any] | None
     first_call: bool
 
-    # -- construction helpers -------------------------------------------------
-    def _adopt(self, argument: str, array, target: str | None = None):
-        """Validate one operand: an array of a supported dtype on the region's target."""
+    # -- construction helpers: the public base API a new op kind's region builds on (docs/ops.md) ---------------
+    # ``adopt`` each operand, ``same_dtype`` the others, ``check_out`` (``check_rows_out``) the caller's out=, then
+    # ``complete``; a row op derives ``RowRegion`` (``adopt_rows``, ``random_x``) and checks eps with ``check_eps``.
+    def adopt(self, argument: str, array, target: str | None = None):
+        """Validate one operand: an array of a supported dtype on the region's target (``target``: the first
+        operand's; None for the first). Returns (target name, the kernels' array, the caller's array or None)."""
         if not hasattr(array, "shape") or not hasattr(array, "dtype"):
             raise RegionError(argument, f"expected an array, got {type(array).__name__}")
         # ndarray subclasses whose meaning the kernels would drop: refused here, not failed (or ignored) later.
@@ -154,17 +157,20 @@ class Region(metaclass=Memoized):
         (``cpu_threads.guest_threads``)."""
         return self.torch_in is not None or self.back is not None
 
-    def _same_dtype(self, argument: str, array):
+    def same_dtype(self, argument: str, array):
+        """RegionError naming ``argument`` unless ``array`` has the region's dtype."""
         if dtype_name(array.dtype) != self.dtype:
             raise RegionError(argument, f"dtype {array.dtype} differs from the region's {self.dtype}; "
                                         "cast operands to one dtype")
 
-    def _check_out(self, out, shape):
+    def check_out(self, out, shape):
+        """Adopt the caller's ``out=`` (None: a new output each call): the region's target and dtype, ``shape``,
+        C-contiguous and writable, else RegionError naming ``out``."""
         if out is None:
             self.out = None
             return
-        _, native, _ = self._adopt("out", out, self.target)
-        self._same_dtype("out", native)
+        _, native, _ = self.adopt("out", out, self.target)
+        self.same_dtype("out", native)
         if tuple(native.shape) != tuple(shape):
             raise RegionError("out", f"shape {tuple(native.shape)} should be {tuple(shape)}")
         if layout_class(native) != "R":
@@ -173,15 +179,18 @@ class Region(metaclass=Memoized):
             raise RegionError("out", "is read-only (its writeable flag is off); pass a writable array")
         self.out = native
 
-    def _check_rows_out(self, out, m: int, n: int):
-        """``_check_out`` for an ``[m, n]`` output computed for the caller's ``nd_shape`` (when set): ``out`` has
+    def check_rows_out(self, out, m: int, n: int):
+        """``check_out`` for an ``[m, n]`` output computed for the caller's ``nd_shape`` (when set): ``out`` has
         the caller's shape, and the region writes it through its 2-D view."""
         nd = self.nd_shape
-        self._check_out(out, (m, n) if nd is None else nd)
+        self.check_out(out, (m, n) if nd is None else nd)
         if nd is not None and self.out is not None:
-            self.out = _as_rows(self, "out", self.out)
+            self.out = as_rows(self, "out", self.out)
 
-    def _finish(self, layout: str, dims: dict, attrs: tuple):
+    def complete(self, layout: str, dims: dict, attrs: tuple):
+        """The last step of a region's ``__init__``: its problem key from ``layout`` (the operands'
+        ``keys.layout_class`` letters), ``dims`` (name -> size, bucketed) and ``attrs`` ((name, value) pairs), with
+        what the layouts add (``arbiter.layouts``); shapes, dtypes and strides only, never the data."""
         # What the coarse layout letters do not say (bias/weight/residual layouts, ranks, padding, broadcast) and
         # a legal in-place out= (an illegal overlap raises here): ``arbiter.layouts``.
         attrs = attrs + layouts.key_attrs(self)
@@ -325,7 +334,7 @@ def converted_by_caller(result):
     return result
 
 
-def _as_rows(region: Region, argument: str, array):
+def as_rows(region: Region, argument: str, array):
     """``array [..., W]`` (N-D) as the 2-D ``[rows, W]`` the kernels take: a view where the leading dimensions
     merge (a contiguous array's always do), else a copy. A torch caller's kept tensor is replaced by it too."""
     rows = array.reshape(-1, array.shape[-1])
@@ -459,10 +468,10 @@ class Matmul(Region):
     residual: Any
 
     def __init__(self, a, b, bias=None, activation: str = "none", residual=None, *, out=None):
-        self.target, self.a, self.back = self._adopt("a", a)
+        self.target, self.a, self.back = self.adopt("a", a)
         self.dtype = dtype_name(self.a.dtype)
-        _, self.b, _ = self._adopt("b", b, self.target)
-        self._same_dtype("b", self.b)
+        _, self.b, _ = self.adopt("b", b, self.target)
+        self.same_dtype("b", self.b)
         if self.a.ndim < 2:
             raise RegionError("a", f"must be [M, K] or [..., M, K], got shape {tuple(self.a.shape)}")
         if self.b.ndim != 2:
@@ -473,31 +482,31 @@ class Matmul(Region):
                                    f"K={self.a.shape[-1]}")
         self.nd_shape = None if self.a.ndim == 2 else (*self.a.shape[:-1], n)
         if self.nd_shape is not None:
-            self.a = _as_rows(self, "a", self.a)
+            self.a = as_rows(self, "a", self.a)
         m, k = self.a.shape
         if activation not in ACTIVATIONS:
             raise RegionError("activation", f"{activation!r} is not one of {', '.join(ACTIVATIONS)}")
         self.activation = activation
         self.bias = None
         if bias is not None:
-            _, self.bias, _ = self._adopt("bias", bias, self.target)
-            self._same_dtype("bias", self.bias)
+            _, self.bias, _ = self.adopt("bias", bias, self.target)
+            self.same_dtype("bias", self.bias)
             if tuple(self.bias.shape) != (n,):
                 raise RegionError("bias", f"shape {tuple(self.bias.shape)} should be ({n},)")
         self.residual = None
         if residual is not None:
-            _, self.residual, _ = self._adopt("residual", residual, self.target)
-            self._same_dtype("residual", self.residual)
+            _, self.residual, _ = self.adopt("residual", residual, self.target)
+            self.same_dtype("residual", self.residual)
             if tuple(self.residual.shape) != (self.nd_shape or (m, n)):
                 raise RegionError("residual", f"shape {tuple(self.residual.shape)} should be "
                                               f"{self.nd_shape or (m, n)}, the output's")
             if self.nd_shape is not None:
-                self.residual = _as_rows(self, "residual", self.residual)
-        self._check_rows_out(out, m, n)
+                self.residual = as_rows(self, "residual", self.residual)
+        self.check_rows_out(out, m, n)
         layout = layout_class(self.a) + layout_class(self.b)
         if self.residual is not None and layout_class(self.residual) != "R":
             layout += "S"  # a strided residual is its own layout class
-        self._finish(layout, {"m": m, "n": n, "k": k},
+        self.complete(layout, {"m": m, "n": n, "k": k},
                      (("activation", activation), ("bias", "1" if bias is not None else "0"),
                       ("residual", "1" if residual is not None else "0")))
 
@@ -541,7 +550,7 @@ def _flag(value, name: str) -> bool:
     raise RegionError(name, f"{value!r} is not a flag; use 1 or 0")
 
 
-class _RowRegion(Region):
+class RowRegion(Region):
     """Shared validation of ops that reduce over one axis of ``x`` (softmax, norms)."""
 
     DIMS = ("rows", "cols")
@@ -549,8 +558,9 @@ class _RowRegion(Region):
     x: Any
     axis: int
 
-    def _rows(self, x, axis: int):
-        self.target, self.x, self.back = self._adopt("x", x)
+    def adopt_rows(self, x, axis: int):
+        """Adopt ``x`` (``Region.adopt``) and its reduced ``axis``: (rows, cols) of the op, cols along the axis."""
+        self.target, self.x, self.back = self.adopt("x", x)
         self.dtype = dtype_name(self.x.dtype)
         if self.x.ndim < 1:
             raise RegionError("x", "must have at least one dimension")
@@ -572,13 +582,15 @@ class _RowRegion(Region):
         return tuple(self.x.shape)
 
     @classmethod
-    def _random_x(cls, target, dtype, dims, axis_last: bool, layout: str, rng):
+    def random_x(cls, target, dtype, dims, axis_last: bool, layout: str, rng):
+        """A random ``x`` of ``dims`` rows by cols (reduced along its last axis, or its first when not
+        ``axis_last``), of spread 2."""
         rows, cols = dims["rows"], dims["cols"]
         shape = (rows, cols) if axis_last else (cols, rows)
         return random_operand(target, shape, dtype, layout if layout in ("R", "P") else "S", rng, scale=2.0)
 
 
-class Softmax(_RowRegion):
+class Softmax(RowRegion):
     """``out = exp(x - max) / sum(exp(x - max))`` along ``axis``."""
 
     op = "softmax"
@@ -586,12 +598,12 @@ class Softmax(_RowRegion):
     __slots__ = ()
 
     def __init__(self, x, axis: int = -1, *, out=None):
-        rows, cols = self._rows(x, axis)
-        self._check_out(out, self.x.shape)
+        rows, cols = self.adopt_rows(x, axis)
+        self.check_out(out, self.x.shape)
         # an inner axis of 3-D or 4-D x is keyed by its place (``inner1``: softmax(x, 1)), and probed there
         # (``layouts.reproduce``): a kernel may take the rows as shape[0] or the axis as 0
         where = "last" if self.axis_last else "inner" if self.x.ndim <= 2 else f"inner{self.axis}"
-        self._finish(layout_class(self.x), {"rows": rows, "cols": cols}, (("axis", where),))
+        self.complete(layout_class(self.x), {"rows": rows, "cols": cols}, (("axis", where),))
 
     def operands(self):
         return {"x": self.x}
@@ -606,10 +618,10 @@ class Softmax(_RowRegion):
             raise RegionError("axis", f"{axis!r} is not 'last', 'inner' or 'inner<i>'")
         last = axis == "last"
         rng = rng if rng is not None else np.random.default_rng(0)
-        return cls(cls._random_x(target, dtype, dims, last, layout, rng), axis=-1 if last else 0)
+        return cls(cls.random_x(target, dtype, dims, last, layout, rng), axis=-1 if last else 0)
 
 
-class RMSNorm(_RowRegion):
+class RMSNorm(RowRegion):
     """``out = x / sqrt(mean(x**2, axis=-1) + eps) * weight`` over the last axis.
 
     ``eps`` is a runtime scalar, not part of the problem key: it changes no kernel's structure.
@@ -621,15 +633,15 @@ class RMSNorm(_RowRegion):
     eps: float
 
     def __init__(self, x, weight, eps: float = 1e-6, *, out=None):
-        rows, cols = self._rows(x, -1)
-        _, self.weight, _ = self._adopt("weight", weight, self.target)
-        self._same_dtype("weight", self.weight)
+        rows, cols = self.adopt_rows(x, -1)
+        _, self.weight, _ = self.adopt("weight", weight, self.target)
+        self.same_dtype("weight", self.weight)
         if tuple(self.weight.shape) != (cols,):
             raise RegionError("weight", f"shape {tuple(self.weight.shape)} should be ({cols},), "
                                         "the size of x's last axis")
-        self.eps = _check_eps(eps, self.dtype)
-        self._check_out(out, self.x.shape)
-        self._finish(layout_class(self.x), {"rows": rows, "cols": cols}, ())
+        self.eps = check_eps(eps, self.dtype)
+        self.check_out(out, self.x.shape)
+        self.complete(layout_class(self.x), {"rows": rows, "cols": cols}, ())
 
     def operands(self):
         return {"x": self.x, "weight": self.weight}
@@ -639,7 +651,7 @@ class RMSNorm(_RowRegion):
                rng: np.random.Generator | None = None, eps: float = 1e-6) -> RMSNorm:
         """A random instance: ``dims`` has rows, cols."""
         rng = rng if rng is not None else np.random.default_rng(0)
-        x = cls._random_x(target, dtype, dims, True, layout, rng)
+        x = cls.random_x(target, dtype, dims, True, layout, rng)
         return cls(x, random_operand(target, (dims["cols"],), dtype, "R", rng), eps=eps)
 
     def runtime_args(self):
@@ -651,7 +663,7 @@ class RMSNorm(_RowRegion):
 _SMALLEST = {"float16": 2.0**-24, "bfloat16": 2.0**-133, "float32": 2.0**-149, "float64": 2.0**-1074}
 
 
-def _check_eps(eps, dtype: str) -> float:
+def check_eps(eps, dtype: str) -> float:
     """A finite eps > 0 that stays > 0 in ``dtype``: one that rounds to 0 there makes a row of zeros 0/0 = NaN
     in the kernels, where the float64 oracle gives 0; the smallest eps ``dtype`` holds gives 0 in both."""
     if isinstance(eps, bool) or not isinstance(eps, (int, float, np.floating)) or not eps > 0 \
@@ -664,7 +676,7 @@ def _check_eps(eps, dtype: str) -> float:
     return float(eps)
 
 
-class LayerNorm(_RowRegion):
+class LayerNorm(RowRegion):
     """``out = (x - mean) / sqrt(var + eps) * weight + bias`` over the last axis (biased variance).
 
     ``weight`` and ``bias`` are ``[cols]``; ``bias`` may be None (attribute ``bias=0``).
@@ -679,17 +691,17 @@ class LayerNorm(_RowRegion):
     eps: float
 
     def __init__(self, x, weight, bias=None, eps: float = 1e-5, *, out=None):
-        rows, cols = self._rows(x, -1)
+        rows, cols = self.adopt_rows(x, -1)
         self.weight = self._row_vector("weight", weight, cols)
         self.bias = None if bias is None else self._row_vector("bias", bias, cols)
-        self.eps = _check_eps(eps, self.dtype)
-        self._check_out(out, self.x.shape)
-        self._finish(layout_class(self.x), {"rows": rows, "cols": cols},
+        self.eps = check_eps(eps, self.dtype)
+        self.check_out(out, self.x.shape)
+        self.complete(layout_class(self.x), {"rows": rows, "cols": cols},
                      (("bias", "1" if bias is not None else "0"),))
 
     def _row_vector(self, argument, array, cols):
-        _, native, _ = self._adopt(argument, array, self.target)
-        self._same_dtype(argument, native)
+        _, native, _ = self.adopt(argument, array, self.target)
+        self.same_dtype(argument, native)
         if tuple(native.shape) != (cols,):
             raise RegionError(argument, f"shape {tuple(native.shape)} should be ({cols},), the size of x's last axis")
         return native
@@ -705,7 +717,7 @@ class LayerNorm(_RowRegion):
                rng: np.random.Generator | None = None, eps: float = 1e-5) -> LayerNorm:
         """A random instance: ``dims`` has rows, cols; ``attrs`` may set bias ('1' or '0', default '1')."""
         rng = rng if rng is not None else np.random.default_rng(0)
-        x = cls._random_x(target, dtype, dims, True, layout, rng)
+        x = cls.random_x(target, dtype, dims, True, layout, rng)
         x += 3.0  # an offset mean: a one-pass variance formula loses digits here, as it does on real activations
         weight = random_operand(target, (dims["cols"],), dtype, "R", rng)
         with_bias = _flag((attrs or {}).get("bias", "1"), "bias")
@@ -738,12 +750,12 @@ class Attention(Region):
     scale: float
 
     def __init__(self, q, k, v, causal: bool = False, scale: float | None = None, *, out=None):
-        self.target, self.q, self.back = self._adopt("q", q)
+        self.target, self.q, self.back = self.adopt("q", q)
         self.dtype = dtype_name(self.q.dtype)
-        _, self.k, _ = self._adopt("k", k, self.target)
-        _, self.v, _ = self._adopt("v", v, self.target)
-        self._same_dtype("k", self.k)
-        self._same_dtype("v", self.v)
+        _, self.k, _ = self.adopt("k", k, self.target)
+        _, self.v, _ = self.adopt("v", v, self.target)
+        self.same_dtype("k", self.k)
+        self.same_dtype("v", self.v)
         if self.q.ndim != 4:
             raise RegionError("q", f"must be 4-D [batch, heads, q_len, d], got shape {tuple(self.q.shape)}")
         b, h, sq, d = self.q.shape
@@ -762,8 +774,8 @@ class Attention(Region):
         elif isinstance(scale, bool) or not isinstance(scale, (int, float, np.floating)) or not math.isfinite(scale):
             raise RegionError("scale", f"must be a finite number or None, got {scale!r}")
         self.scale = float(scale)
-        self._check_out(out, self.q.shape)
-        self._finish(layout_class(self.q) + layout_class(self.k) + layout_class(self.v),
+        self.check_out(out, self.q.shape)
+        self.complete(layout_class(self.q) + layout_class(self.k) + layout_class(self.v),
                      {"batch": b, "heads": h, "q": sq, "k": sk, "d": d}, (("causal", "1" if self.causal else "0"),))
 
     def operands(self):
@@ -818,7 +830,7 @@ class FFT(Region):
     _out_dtype: str
 
     def __init__(self, x, kind: str = "c2c", inverse: bool = False, n: int | None = None, *, out=None):
-        self.target, self.x, self.back = self._adopt("x", x)
+        self.target, self.x, self.back = self.adopt("x", x)
         self.dtype = dtype_name(self.x.dtype)
         if kind not in self.KINDS:
             raise RegionError("kind", f"{kind!r} is not one of {', '.join(self.KINDS)}")
@@ -851,7 +863,7 @@ class FFT(Region):
             out_shape = self.x.shape if kind == "c2c" else self.x.shape[:-1] + (n // 2 + 1,)
         self.n = n
         self._check_fft_out(out, out_shape)
-        self._finish(layout_class(self.x), {"batch": math.prod(self.x.shape[:-1]), "n": n},
+        self.complete(layout_class(self.x), {"batch": math.prod(self.x.shape[:-1]), "n": n},
                      (("kind", kind), ("inverse", "1" if self.inverse else "0")))
 
     def _kind_text(self):
@@ -861,7 +873,7 @@ class FFT(Region):
         self.out = None
         if out is None:
             return
-        _, native, _ = self._adopt("out", out, self.target)
+        _, native, _ = self.adopt("out", out, self.target)
         if dtype_name(native.dtype) != self._out_dtype:
             raise RegionError("out", f"dtype {native.dtype} should be {self._out_dtype} for {self._kind_text()}")
         if tuple(native.shape) != tuple(shape):
@@ -923,12 +935,12 @@ class Gated(Region):
     w_up: Any
 
     def __init__(self, x, w_gate, w_up, *, out=None):
-        self.target, self.x, self.back = self._adopt("x", x)
+        self.target, self.x, self.back = self.adopt("x", x)
         self.dtype = dtype_name(self.x.dtype)
-        _, self.w_gate, _ = self._adopt("w_gate", w_gate, self.target)
-        _, self.w_up, _ = self._adopt("w_up", w_up, self.target)
-        self._same_dtype("w_gate", self.w_gate)
-        self._same_dtype("w_up", self.w_up)
+        _, self.w_gate, _ = self.adopt("w_gate", w_gate, self.target)
+        _, self.w_up, _ = self.adopt("w_up", w_up, self.target)
+        self.same_dtype("w_gate", self.w_gate)
+        self.same_dtype("w_up", self.w_up)
         if self.x.ndim < 2:
             raise RegionError("x", f"must be [M, K] or [..., M, K], got shape {tuple(self.x.shape)}")
         k = self.x.shape[-1]
@@ -940,10 +952,10 @@ class Gated(Region):
         n = self.w_gate.shape[1]
         self.nd_shape = None if self.x.ndim == 2 else (*self.x.shape[:-1], n)
         if self.nd_shape is not None:
-            self.x = _as_rows(self, "x", self.x)
+            self.x = as_rows(self, "x", self.x)
         m = self.x.shape[0]
-        self._check_rows_out(out, m, n)
-        self._finish(layout_class(self.x) + layout_class(self.w_gate) + layout_class(self.w_up),
+        self.check_rows_out(out, m, n)
+        self.complete(layout_class(self.x) + layout_class(self.w_gate) + layout_class(self.w_up),
                      {"m": m, "n": n, "k": k}, (("activation", "silu"),))
 
     @property
@@ -992,7 +1004,7 @@ class Pointwise(Region):
     chain: str
 
     def __init__(self, x, ops, *, out=None):
-        self.target, self.x, self.back = self._adopt("x", x)
+        self.target, self.x, self.back = self.adopt("x", x)
         self.dtype = dtype_name(self.x.dtype)
         if isinstance(ops, (str, bytes)) or not hasattr(ops, "__iter__"):
             raise RegionError("ops", f"must be a sequence of steps like [('add', 1.0), ('relu',)], got {ops!r}")
@@ -1019,8 +1031,8 @@ class Pointwise(Region):
                     raise RegionError(arg, f"scalar operand must be finite, got {operand!r}")
                 steps.append((name, float(operand)))
                 continue
-            _, native, _ = self._adopt(arg, operand, self.target)
-            self._same_dtype(arg, native)
+            _, native, _ = self.adopt(arg, operand, self.target)
+            self.same_dtype(arg, native)
             if tuple(native.shape) != tuple(self.x.shape):
                 raise RegionError(arg, f"shape {tuple(native.shape)} should equal x's {tuple(self.x.shape)} "
                                        "(or pass a Python number)")
@@ -1028,8 +1040,8 @@ class Pointwise(Region):
             layout += layout_class(native)
         self.ops = tuple(steps)
         self.chain = self.chain_of(self.ops)
-        self._check_out(out, self.x.shape)
-        self._finish(layout, {"size": math.prod(self.x.shape)}, (("chain", self.chain),))
+        self.check_out(out, self.x.shape)
+        self.complete(layout, {"size": math.prod(self.x.shape)}, (("chain", self.chain),))
 
     @staticmethod
     def chain_of(steps) -> str:

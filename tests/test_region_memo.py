@@ -187,10 +187,10 @@ def test_a_region_keeping_an_array_derived_from_its_operand_is_never_rebuilt_sta
         __slots__ = ("x", "xt")
 
         def __init__(self, x):
-            self.target, self.x, self.back = self._adopt("x", x)
+            self.target, self.x, self.back = self.adopt("x", x)
             self.dtype = dtype_name(self.x.dtype)
             self.xt = self.x.T  # derived: not an argument
-            self._finish("R", {"rows": x.shape[0], "cols": x.shape[1]}, ())
+            self.complete("R", {"rows": x.shape[0], "cols": x.shape[1]}, ())
 
     first, second = rand(3, 4, seed=1), rand(3, 4, seed=2)
     Memoized.recipes.clear()

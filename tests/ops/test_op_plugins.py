@@ -19,12 +19,12 @@ class CumSum(Region):
     __slots__ = ("x",)
 
     def __init__(self, x, *, out=None):
-        self.target, self.x, self.back = self._adopt("x", x)
+        self.target, self.x, self.back = self.adopt("x", x)
         self.dtype = dtype_name(self.x.dtype)
         if self.x.ndim != 2:
             raise RegionError("x", f"must be 2-D [rows, cols], got shape {tuple(self.x.shape)}")
-        self._check_out(out, self.x.shape)
-        self._finish(layout_class(self.x), {"rows": self.x.shape[0], "cols": self.x.shape[1]}, ())
+        self.check_out(out, self.x.shape)
+        self.complete(layout_class(self.x), {"rows": self.x.shape[0], "cols": self.x.shape[1]}, ())
 
     def operands(self):
         return {"x": self.x}
