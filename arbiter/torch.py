@@ -465,11 +465,14 @@ class _Arbitrated(torch.autograd.Function):
         return (None, None, *out)
 
 
-def _register(op: str):
-    """``arbiter::<op>`` as a torch.library custom op with its fake kernel and ``BACKWARD[op]`` as its backward."""
-    lib_op = custom_op(f"arbiter::{op}", mutates_args=())(IMPL[op])
+def _register(op: str, schema: str | None = None):
+    """``arbiter::<op>`` as a torch.library custom op with its fake kernel and ``BACKWARD[op]`` as its backward
+    (``schema``: the op's, where its implementation's annotations do not give it)."""
+    lib_op = custom_op(f"arbiter::{op}", IMPL[op], mutates_args=(), schema=schema)
     lib_op.register_fake(_FAKE[op])
-    backward_of = BACKWARD[op]
+    backward_of = BACKWARD.get(op)
+    if backward_of is None:
+        return lib_op
 
     def setup_context(ctx, inputs, output):
         spec, flat = _flatten(inputs)
@@ -665,3 +668,63 @@ def pointwise(x: torch.Tensor, chain: str, tensors: list[torch.Tensor] | tuple =
 
 OPS = {"matmul": matmul, "softmax": softmax, "rmsnorm": rmsnorm, "layernorm": layernorm, "attention": attention,
        "gated": gated, "fft": fft, "pointwise": pointwise}
+
+
+# -- an op kind of one's own: its folder's TorchOp ----------------------------------------------------------
+# A kind that declares ``OpKind.torch_op`` (``arbiter.ops.TorchOp``) is offered as ``torch.ops.arbiter.<op>`` and
+# ``OPS[op]`` when it is registered, before or after this module is imported (``arbiter.ops.kind.on_register``).
+# Its implementation reads the kind as registered at call time, so a kind replaced later serves through the same
+# torch op (torch.library cannot define one name twice).
+
+
+def _kind_impl(op: str) -> Callable:
+    def impl(*args):
+        spec = op_kinds.op_kind(op).torch_op
+        if spec is None:
+            raise RuntimeError(f"arbiter::{op}: the op kind registered now declares no torch_op")
+        at = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
+
+        def make(*arrays):
+            full = list(args)
+            for i, array in zip(at, arrays):
+                full[i] = array
+            return spec.region(*full)
+
+        tensors = [args[i] for i in at]
+        return _arbitrated(op, make, tensors, tensors[0].dtype)
+
+    return impl
+
+
+def _kind_fake(op: str) -> Callable:
+    def fake(*args):
+        spec = op_kinds.op_kind(op).torch_op
+        first = next(a for a in args if isinstance(a, torch.Tensor))
+        return first.new_empty(tuple(spec.output_shape(*args)))  # type: ignore[union-attr]
+
+    return fake
+
+
+def _kind_call(op: str) -> Callable:
+    def call(*args):
+        return _call(op, args, tuple(a for a in args if isinstance(a, torch.Tensor)))
+
+    call.__name__ = call.__qualname__ = op
+    call.__doc__ = f"``torch.ops.arbiter.{op}`` through the cheapest correct route (``_call``)."
+    return call
+
+
+def _offer(kind: op_kinds.OpKind) -> None:
+    """``kind``'s ``TorchOp`` as ``torch.ops.arbiter.<op>`` (once a name: later kinds of it reuse the op)."""
+    if kind.torch_op is None or kind.name in CUSTOM_OPS:
+        return
+    op = kind.name
+    IMPL[op], _FAKE[op] = _kind_impl(op), _kind_fake(op)
+    if kind.torch_reference:
+        REFERENCE[op] = _reference(kind)
+        BACKWARD[op] = _bwd_reference(op)
+    CUSTOM_OPS[op] = _register(op, kind.torch_op.schema)
+    OPS[op] = _kind_call(op)
+
+
+op_kinds.on_register(_offer)

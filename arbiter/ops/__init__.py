@@ -8,9 +8,9 @@ every rule, gate, selection, persistence and counters, applies to it unchanged).
 from __future__ import annotations
 
 from arbiter.ops import attention, fft, gated, layernorm, matmul, pointwise, rmsnorm, softmax
-from arbiter.ops.kind import OPS, OpKind, Product, op_kind, register_op, register_op_kind, unregister_op
+from arbiter.ops.kind import OPS, OpKind, Product, TorchOp, op_kind, register_op, register_op_kind, unregister_op
 
-__all__ = ["OPS", "OpKind", "Product", "op_kind", "register_op", "register_op_kind", "unregister_op"]
+__all__ = ["OPS", "OpKind", "Product", "TorchOp", "op_kind", "register_op", "register_op_kind", "unregister_op"]
 
 register_op_kind(matmul.KIND)
 register_op_kind(softmax.KIND)

@@ -35,6 +35,18 @@ class Product:
 
 
 @dataclass(frozen=True)
+class TorchOp:
+    """How ``arbiter.torch`` offers an op kind as ``torch.ops.arbiter.<op>`` (and ``arbiter.torch.OPS[op]``): a
+    ``torch.library`` custom op whose implementation arbitrates the kind's region, built from the op's arguments
+    with its tensors handed over as the arbiter's arrays; its fake kernel an empty tensor of ``output_shape``; its
+    backward the VJP of the kind's ``torch_reference`` when it has one (else it has no gradient)."""
+
+    schema: str  # the arguments and result in torch.library's schema language: "(Tensor x, float eps) -> Tensor"
+    region: Callable  # (*the op's arguments, each tensor replaced by its array) -> the kind's Region
+    output_shape: Callable  # (*the op's arguments, tensors real or fake) -> the output's shape
+
+
+@dataclass(frozen=True)
 class OpKind:
     """One op kind. ``name``, ``region_type`` and ``oracle`` are required; every other hook is optional."""
 
@@ -73,6 +85,9 @@ class OpKind:
     # by its summation order, subtracted from each difference where the full reference is compared (like the
     # output format's own floor, ``verify.ROUNDING_FLOOR``). None: the output's rounding alone.
     rounding: Callable | None = None
+    # ``torch.ops.arbiter.<op>`` for a kind of one's own (``TorchOp``); the built-ins' torch ops are written out in
+    # ``arbiter.torch`` (their reshapes and closed-form backward passes).
+    torch_op: TorchOp | None = None
     # This op's own gate rules version (``arbiter.gate``): bump it when what the gate decides for this op alone
     # changes (its oracle, budgets, families, large-shape check); only this op's verdicts are then taken again.
     gate_version: int = 1
@@ -103,7 +118,21 @@ def register_op_kind(kind: OpKind) -> OpKind:
     for dtype, budget in kind.budgets.items():
         budgets.OP_BUDGETS[(kind.name, dtype)] = budget
     OPS[kind.name] = kind
+    for hook in _ON_REGISTER:
+        hook(kind)
     return kind
+
+
+# Called with each op kind registered from now on (``on_register``): arbiter.torch's, which sits above this layer,
+# offers a kind's ``TorchOp`` as a torch custom op whether the kind came before or after ``import arbiter.torch``.
+_ON_REGISTER: list[Callable[[OpKind], None]] = []
+
+
+def on_register(hook: Callable[[OpKind], None]) -> None:
+    """Call ``hook(kind)`` for every op kind registered now and later."""
+    _ON_REGISTER.append(hook)
+    for kind in list(OPS.values()):
+        hook(kind)
 
 
 def register_op(name: str, region_type: type[Region], oracle: Callable, **hooks) -> OpKind:

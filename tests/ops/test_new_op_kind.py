@@ -10,7 +10,7 @@ import pytest
 import arbiter
 from arbiter import Tier, dispatch, probes
 from arbiter.keys import layout_class
-from arbiter.ops import OpKind, op_kind, register_op_kind, unregister_op
+from arbiter.ops import OpKind, TorchOp, op_kind, register_op_kind, unregister_op
 from arbiter.ops.family import Family, host_rows, write_x
 from arbiter.regions import Region, dtype_name, random_operand
 
@@ -63,6 +63,8 @@ ROWSUM = OpKind(
     suite=(({"rows": 16, "cols": 200}, "float32", {}),),
     work=lambda dims, dtype: (4.0 * dims["rows"] * dims["cols"], "B") if {"rows", "cols"} <= dims.keys() else None,
     work_text="bytes of x read",
+    # torch.ops.arbiter.rowsum: its schema, its region from the op's arguments, its output's shape (the fake kernel)
+    torch_op=TorchOp("(Tensor x) -> Tensor", RowSum, lambda x: (x.shape[0],)),
 )
 
 
@@ -136,6 +138,27 @@ def test_a_new_op_kind_is_gated_tuned_served_and_reported(rowsum_op, tmp_path):
     assert key.winner == tuned.winner.candidate.name and [r.solution.label for r in key.rejected] == ["nansum_rowsum"]
     assert "cpu · rowsum · float32" in render(report)
     assert work("rowsum", dims, dtype) == (4.0 * 16 * 200, "B")
+
+
+def test_a_new_op_kind_is_a_torch_op_eager_and_compiled(rowsum_op):
+    """Issue 41 item 1: the kind's ``TorchOp`` makes ``torch.ops.arbiter.rowsum`` (and ``arbiter.torch.OPS``),
+    whether the kind is registered before or after ``import arbiter.torch``; the wrong candidate never serves it."""
+    torch = pytest.importorskip("torch")
+    import arbiter.torch as at
+
+    x = torch.randn(16, 200)
+    want = x.double().sum(1).float()
+    for call in (torch.ops.arbiter.rowsum, at.OPS["rowsum"]):
+        torch.testing.assert_close(call(x), want, rtol=1e-5, atol=1e-4)
+    x[0, 3] = float("nan")  # the NaN-dropping candidate would return a number here
+    assert torch.isnan(torch.ops.arbiter.rowsum(x)[0])
+    torch.library.opcheck(torch.ops.arbiter.rowsum.default, (torch.randn(5, 7),),
+                          test_utils=("test_schema", "test_faketensor"))
+    compiled = torch.compile(lambda t: torch.ops.arbiter.rowsum(t) * 2.0, fullgraph=True, backend="aot_eager")
+    y = torch.randn(9, 33)
+    torch.testing.assert_close(compiled(y), 2.0 * y.double().sum(1).float(), rtol=1e-5, atol=1e-4)
+    served = {s["solution"] for s in arbiter.stats() if s["op"] == "rowsum" and s["installed"]}
+    assert served and "nansum_rowsum" not in served, served
 
 
 def test_an_unregistered_op_kind_leaves_the_catalogue_as_published(rowsum_op):
