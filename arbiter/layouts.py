@@ -99,13 +99,14 @@ def token(array) -> str:
     return f"M{rank}o" + "".join(str(i) for i in order) + ("d" if dense else align)
 
 
-def plain(op: str, name: str, tok: str) -> bool:
-    """Whether operand ``name`` with token ``tok`` is what the op draws by default (left out of the key)."""
+def plain(op: str, name: str, tok: str, rank: int | None = None) -> bool:
+    """Whether operand ``name`` with token ``tok`` is what the op draws by default (left out of the key); ``rank``:
+    the op's own rank for it (``Region.OPERAND_RANKS``), else ``DEFAULT_RANK``'s."""
     if op == "pointwise":  # probed 1-D: an operand in another order than x's walks apart from it in memory
         return tok[0] == "R"
     if op == "fft":
         return tok[0] == "R" or tok == "C2"
-    rank = DEFAULT_RANK.get(name)
+    rank = rank if rank is not None else DEFAULT_RANK.get(name)
     return rank is not None and tok in (f"R{rank}", f"C{rank}")
 
 
@@ -117,9 +118,10 @@ def key_attrs(region) -> tuple[tuple[str, str], ...]:
     except NotImplementedError:  # a region type that names no operands (a bare subclass): nothing to key
         return ()
     parts = []
+    ranks = type(region).OPERAND_RANKS
     for name, array in operands.items():
         tok = token(array)
-        if not plain(region.op, name, tok):
+        if not plain(region.op, name, tok, ranks.get(name)):
             parts.append(f"{name}-{tok}")
     attrs: tuple[tuple[str, str], ...] = ((LAYOUTS_ATTR, "+".join(parts)),) if parts else ()
     aliased = aliased_operands(region)

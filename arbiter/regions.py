@@ -77,6 +77,9 @@ class Region(metaclass=Memoized):
     # The caller's output shape where the region computes on a 2-D view of N-D operands (Matmul and Gated
     # with leading batch dimensions, see ``as_rows``): ``run_arbitrated`` reshapes the result to it.
     nd_shape: tuple[int, ...] | None = None  # a class default; Matmul and Gated have the slot
+    # The rank an op kind's own region draws each operand at, where it is not ``layouts.DEFAULT_RANK``'s (an
+    # operand at its rank, row-major, is left out of the key)
+    OPERAND_RANKS: ClassVar[dict[str, int]] = {}
 
     # torch_in: a torch caller's CUDA tensors by argument name (None unless the first operand is a torch
     # CUDA tensor), so torch candidates run on them directly and outputs come from torch's caching allocator;

@@ -11,6 +11,7 @@
 ``arbiter::gated``           ``(x, w_gate, w_up)``: ``silu(x @ w_gate) * (x @ w_up)``
 ``arbiter::fft``             ``(x, kind="c2c", inverse=False, n=None)`` over the last dimension
 ``arbiter::pointwise``       ``(x, chain, tensors=[], scalars=[])``, e.g. ``"mul[t]>add[s]>relu>tanh"``
+``arbiter::rope``            ``(x, cos, sin)``: ``x * cos + rotate_half(x) * sin``, x ``[..., S, D]`` (its ``TorchOp``)
 ==========================  ====================================================================
 
 Each is callable as ``torch.ops.arbiter.<op>(...)`` or ``arbiter.torch.<op>(...)``. At run time it
@@ -725,6 +726,7 @@ def _offer(kind: op_kinds.OpKind) -> None:
         BACKWARD[op] = _bwd_reference(op)
     CUSTOM_OPS[op] = _register(op, kind.torch_op.schema)
     OPS[op] = _kind_call(op)
+    globals().setdefault(op, OPS[op])  # arbiter.torch.<op>, as the built-ins' (never over a name of this module)
 
 
 op_kinds.on_register(_offer)

@@ -7,7 +7,7 @@ every rule, gate, selection, persistence and counters, applies to it unchanged).
 """
 from __future__ import annotations
 
-from arbiter.ops import attention, fft, gated, layernorm, matmul, pointwise, rmsnorm, softmax
+from arbiter.ops import attention, fft, gated, layernorm, matmul, pointwise, rmsnorm, rope, softmax
 from arbiter.ops.kind import OPS, OpKind, Product, TorchOp, op_kind, register_op, register_op_kind, unregister_op
 
 __all__ = ["OPS", "OpKind", "Product", "TorchOp", "op_kind", "register_op", "register_op_kind", "unregister_op"]
@@ -20,3 +20,4 @@ register_op_kind(attention.KIND)
 register_op_kind(fft.KIND)
 register_op_kind(gated.KIND)
 register_op_kind(pointwise.KIND)
+register_op_kind(rope.KIND)

@@ -1,0 +1,52 @@
+"""Emitted RoPE on the CPU: one fused numba kernel, parallel across rows x positions. Each output pair
+``(j, j + D/2)`` is computed from its two inputs in one step: x read once, the output written once, the tables
+read once per position (cached across the rows of heads that share them)."""
+from __future__ import annotations
+
+from arbiter.candidates import register
+from arbiter.candidates.cpu._numba import (
+    FASTMATH,
+    NumbaKernelCandidate,
+    contiguous_reason,
+    dtype_reason,
+    first_reason,
+    njit,
+    prange,
+)
+
+
+@njit(parallel=True, cache=True, fastmath=FASTMATH)
+def rope_rows(x, cos, sin, out):
+    """out = x * cos + rotate_half(x) * sin for x [rows, S, D] (any strides), C-contiguous out [rows, S, D] and
+    cos, sin [S, D]."""
+    rows, s, d = x.shape
+    h = d // 2
+    for t in prange(rows * s):
+        r, p = t // s, t % s
+        for j in range(h):
+            a, b = x[r, p, j], x[r, p, j + h]
+            out[r, p, j] = a * cos[p, j] - b * sin[p, j]
+            out[r, p, j + h] = b * cos[p, j + h] + a * sin[p, j + h]
+
+
+class NumbaRope(NumbaKernelCandidate):
+    name = "numba_rope_fused"
+    op = "rope"
+    kernel = staticmethod(rope_rows)
+
+    def applies_to(self, region):
+        # any strides of x (llama's q is a permuted view of [B, S, H, D]: numba compiles a strided variant); the
+        # tables C-contiguous
+        return first_reason(dtype_reason(region), contiguous_reason("cos", region.cos),
+                            contiguous_reason("sin", region.sin))
+
+    def run(self, region, params):
+        out = region.alloc_out()
+        if out.size:
+            args = (region.x, region.cos, region.sin, out)
+            self.compile_log.ensure(region.dtype + ("" if region.x.flags.c_contiguous else "-strided"), args)
+            rope_rows(*args)
+        return out
+
+
+register(NumbaRope())
