@@ -29,6 +29,21 @@ def rope_rows(x, cos, sin, out):
             out[r, p, j + h] = b * cos[p, j + h] + a * sin[p, j + h]
 
 
+@njit(parallel=True, cache=True, fastmath=FASTMATH)
+def rope_positions_first(xt, cos, sin, out):
+    """``rope_rows`` for x given as its C-contiguous ``[S, rows, D]`` transpose ``xt``: llama's q, a ``[B, S, H, D]``
+    buffer seen as ``[B, H, S, D]``. Both arrays C-contiguous, so the inner loop vectorises (a strided x does not:
+    1.4x torch eager against 5x contiguous, measured)."""
+    s, rows, d = xt.shape
+    h = d // 2
+    for t in prange(rows * s):
+        p, r = t // rows, t % rows
+        for j in range(h):
+            a, b = xt[p, r, j], xt[p, r, j + h]
+            out[r, p, j] = a * cos[p, j] - b * sin[p, j]
+            out[r, p, j + h] = b * cos[p, j + h] + a * sin[p, j + h]
+
+
 class NumbaRope(NumbaKernelCandidate):
     name = "numba_rope_fused"
     op = "rope"
@@ -43,9 +58,15 @@ class NumbaRope(NumbaKernelCandidate):
     def run(self, region, params):
         out = region.alloc_out()
         if out.size:
-            args = (region.x, region.cos, region.sin, out)
-            self.compile_log.ensure(region.dtype + ("" if region.x.flags.c_contiguous else "-strided"), args)
-            rope_rows(*args)
+            x, kernel, tag = region.x, rope_rows, region.dtype
+            if not x.flags.c_contiguous:
+                xt = x.transpose(1, 0, 2)
+                x, kernel, tag = (xt, rope_positions_first, tag + "-positions-first") if xt.flags.c_contiguous \
+                    else (x, rope_rows, tag + "-strided")
+            args = (x, region.cos, region.sin, out)
+            if kernel is rope_rows:
+                self.compile_log.ensure(tag, args)
+            kernel(*args)
         return out
 
 
