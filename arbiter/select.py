@@ -131,11 +131,16 @@ def tier_order(region) -> list[Candidate]:
     return found
 
 
+def _solutions(region, all_params: bool) -> list[tuple[Candidate, dict]]:
+    """(candidate, parameters) of every solution of (target, op), in tier order: each candidate's parameter sets
+    with ``all_params``, else its default's."""
+    return [(cand, params) for cand in tier_order(region)
+            for params in (cand.param_space() if all_params else cand.param_space()[:1])]
+
+
 def screen(region, all_params: bool = False, capturable_only: bool = False) -> list[Row]:
     """Rows for every candidate of (target, op), in tier order (``tier_order``); checked but not gated."""
-    return [screen_row(cand, params, region, capturable_only)
-            for cand in tier_order(region)
-            for params in (cand.param_space() if all_params else cand.param_space()[:1])]
+    return [screen_row(cand, params, region, capturable_only) for cand, params in _solutions(region, all_params)]
 
 
 def gate(row: Row, region, store, env, verifier=None) -> bool:
@@ -182,10 +187,8 @@ def decide(region, store, *, force: str | None = None, prefer: list[Solution] | 
     env = envmod.environment(region.target)
     # Each row is screened when reached (``_screen_into``): a tier miss stops at its first pass, and screening a
     # row beyond it would cost its library's import for nothing (torch's candidates: 1.3 s, when NumPy's won).
-    rows = [Row(cand, params) for cand in tier_order(region)
-            for params in (cand.param_space() if all_params else cand.param_space()[:1])]
-    if gate_all:
-        rows = screen(region, all_params, capturable_only)
+    rows = (screen(region, all_params, capturable_only) if gate_all
+            else [Row(cand, params) for cand, params in _solutions(region, all_params)])
     order = [r for r in rows if r.status == Status.PENDING]
     if force is not None:
         if not any(r.candidate.name == force for r in rows):
