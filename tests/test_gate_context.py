@@ -104,11 +104,15 @@ class OffMainThread(SoftmaxCtx):
 
 
 SCRATCH: dict = {}
+INSIDE = [0]  # SharedScratch's callers between writing and reading the buffer
+ARRIVED = threading.Condition()
 
 
 class SharedScratch(SoftmaxCtx):
     """A module-level scratch buffer shared by every caller; the GIL is released between writing and reading it
-    (a long NumPy operation does the same)."""
+    (a long NumPy operation does the same). Between the two it waits (up to 0.1 s) for another caller to write
+    the buffer too: with a fixed 5 ms sleep, a loaded box started the gate's concurrent callers too far apart to
+    overlap and the race went unseen (a fresh-clone test run beside another, 2026-12-07)."""
 
     name = "shared_scratch"
 
@@ -116,8 +120,14 @@ class SharedScratch(SoftmaxCtx):
         out = region.alloc_out()
         buf = SCRATCH.setdefault(region.x.shape, np.empty(region.x.shape, np.float64))
         buf[...] = region.x
+        with ARRIVED:
+            INSIDE[0] += 1
+            ARRIVED.notify_all()
+            ARRIVED.wait_for(lambda: INSIDE[0] > 1, timeout=0.1)
         time.sleep(0.005)
         out[...] = _softmax(buf, region.axis)
+        with ARRIVED:
+            INSIDE[0] -= 1
         return out
 
 
