@@ -25,8 +25,9 @@ of NumPy's BLAS, about 3 us), so BLAS-backed candidates offer the thread count a
 
 **One pool owns the cores** (issue 39 item 1): the caller's framework's. A torch caller (its tensors come back as
 tensors, ``region.back``) runs torch's intra-op pool beside arbiter's calls, so for its calls the BLAS-backed and
-numba candidates run on one thread (``guest_threads``), and its tier order puts torch's own kernels first
-(``select.tier_order``): nothing spins beside torch's pool between a model's ops. A NumPy caller's cores belong to
+numba candidates run on one thread (``guest_threads``; numba's pool still serves a call moving 16 MiB or more), and
+its tier order puts torch's own kernels first (``select.tier_order``): nothing spins beside torch's pool between a
+model's small ops. A NumPy caller's cores belong to
 NumPy's BLAS pool and arbiter's own numba pool (which sleeps when idle); their sizes are solution parameters that
 the tuner measures. Nothing is changed for longer than one call, and nothing process-wide is left set.
 
@@ -159,11 +160,21 @@ def torch_threads(n: int | None):
     return _Limited("torch", torch.get_num_threads, torch.set_num_threads, n)
 
 
-def guest_threads(torch_caller: bool, own: int | None = None) -> int | None:
+# A torch caller's call that moves at least this much memory (operands read and output written) runs on the
+# arbiter's own pool after all: there the pool's wake-up, and sharing a core with torch's pool while it spins down
+# after torch's last op, cost far less than a second core's bandwidth. Measured on the 2-core box, interleaved with
+# torch eager's own ops as in a model (/tmp/guest.py of the 2026-12-07 session; issue 43): add_rmsnorm [1, T, 4096]
+# float32 through arbiter.torch, one thread against the pool: T = 128 (8 MiB moved) 348 and 346 us, T = 512
+# (32 MiB) 2,250 and 1,270 us, T = 2048 (128 MiB) 18,127 and 10,965 us.
+GUEST_POOL_BYTES = 16 << 20
+
+
+def guest_threads(torch_caller: bool, own: int | None = None, moved: int = 0) -> int | None:
     """The thread count of a pool that is not the caller's: one for a torch caller (``Region.torch_caller``: torch's
-    pool owns the cores), else ``own`` (None: the pool as it is). It takes the flag, not the region: a thread count
-    depends on who called, nothing else of the call."""
-    return 1 if torch_caller else own
+    pool owns the cores) on a call moving less than ``GUEST_POOL_BYTES`` (``moved``), else ``own`` (None: the pool
+    as it is). It takes the flag and the size, not the region: a thread count depends on who called and how much
+    memory the call moves, nothing else of the call."""
+    return 1 if torch_caller and moved < GUEST_POOL_BYTES else own
 
 
 @contextlib.contextmanager

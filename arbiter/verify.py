@@ -550,12 +550,29 @@ class Tally:
         return "", rel, worst
 
 
-def compare(y, ref, budget: Budget, nan_fills_row: bool = False, floor=None) -> tuple[str, float, float]:
+def compare(y, ref, budget: Budget, nan_fills_row: bool = False, floor=None, parts: tuple = ()
+            ) -> tuple[str, float, float]:
     """(failure reason or "", relative Frobenius error, worst elementwise excess) of a whole output; ``floor``:
-    ``Tally.add``'s."""
-    tally = Tally(nan_fills_row)
-    tally.add(y, ref, budget, floor=floor)
-    return tally.finish(budget)
+    ``Tally.add``'s; ``parts``: ``OpKind.parts`` (each part judged alone, the worst reported)."""
+    if y.shape != ref.shape:
+        return f"output shape {tuple(y.shape)} should be {tuple(ref.shape)}", math.nan, math.inf
+    tallies = []
+    for part in parts or (None,):
+        tally = Tally(nan_fills_row)
+        index = () if part is None else (part,)
+        tally.add(y[index], ref[index], budget, None if part is None else (lambda i, p=part: (p, *i)),
+                  floor=None if floor is None else floor[index])
+        tallies.append(tally)
+    return _worst_part(tallies, budget)
+
+
+def _worst_part(tallies: list[Tally], budget: Budget, rms=None) -> tuple[str, float, float]:
+    """The first failing part's verdict, else the largest error and excess of the parts."""
+    verdicts = [t.finish(budget, rms) for t in tallies]
+    failed = [v for v in verdicts if v[0]]
+    if failed:
+        return failed[0]
+    return "", max(v[1] for v in verdicts), max(v[2] for v in verdicts)
 
 
 # --- checking one probe's output -------------------------------------------------
@@ -575,7 +592,8 @@ def _chunked(region, y, budget) -> tuple[str, float, float]:
     size = math.prod(region.output_shape())
     rows = _row_count(region)
     step = max(1, CHUNK_ELEMENTS // max(1, size // max(rows, 1)))
-    tally = Tally(op_kind(region.op).nan_fills_row)
+    kind = op_kind(region.op)
+    tally = Tally(kind.nan_fills_row)
     if size // max(rows, 1) > CHUNK_ELEMENTS:  # one row alone passes the bound: its reference a piece at a time
         row_pieces = op_kind(region.op).row_pieces
         pieces = None if row_pieces is None else row_pieces(region, CHUNK_ELEMENTS)
@@ -584,16 +602,21 @@ def _chunked(region, y, budget) -> tuple[str, float, float]:
                 if tally.add(y[index], ref, budget, origin):
                     break
             return tally.finish(budget)
+    parts = kind.parts or (None,)
+    tallies = [tally] + [Tally(kind.nan_fills_row) for _ in parts[1:]]
     for i0 in range(0, rows, step):
         sub, index = _sub_rows(region, i0, min(rows, i0 + step))
         axis = 1 if len(index) == 2 else 0
+        got, ref = y[index], oracle(sub)
+        for part, part_tally in zip(parts, tallies):
+            def origin(idx, i0=i0, axis=axis, part=part):
+                idx = idx if part is None else (part, *idx)
+                return tuple(v + i0 if d == axis else v for d, v in enumerate(idx))
 
-        def origin(idx, i0=i0, axis=axis):
-            return tuple(v + i0 if d == axis else v for d, v in enumerate(idx))
-
-        if tally.add(y[index], oracle(sub), budget, origin):
-            break
-    return tally.finish(budget)
+            at = () if part is None else (part,)
+            if part_tally.add(got[at], ref[at], budget, origin):
+                return part_tally.finish(budget)
+    return _worst_part(tallies, budget)
 
 
 def _rademacher(xp, rng, n: int, s: int):
@@ -862,7 +885,7 @@ def compare_full(region, y, budget: Budget) -> tuple[str, float, float]:
     """``y`` against the whole float64 reference of ``region``, less the op's rounding floor (``OpKind.rounding``)."""
     kind = op_kind(region.op)
     floor = None if kind.rounding is None else kind.rounding(region)
-    return compare(y, kind.oracle(region), budget, kind.nan_fills_row, floor)
+    return compare(y, kind.oracle(region), budget, kind.nan_fills_row, floor, kind.parts)
 
 
 def gate_seed() -> int | None:
@@ -1130,7 +1153,7 @@ def _repeats(candidate, params, region, target, draw, labelled, judge, probed, a
                         "uninitialised memory?). Declare Contract(deterministic=False) if the order varies")
         else:
             reason, _, _ = compare(run.y, base.astype(np.complex128 if base.dtype.kind == "c" else np.float64),
-                                   ref_budget)
+                                   ref_budget, parts=op_kind(region.op).parts)
             if reason:
                 return f"at {label}: run {i + 1} against run 1: {reason}"
     return ""

@@ -25,10 +25,10 @@ import platform
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
+import _rounds
 import arbiter
 import arbiter.torch as at
 from arbiter import regions
@@ -38,17 +38,7 @@ clock = CLOCKS["wall"]
 
 
 def interleaved(paths: dict, calls: int, rounds: int) -> dict:
-    """{name: (median, p20, p80) µs per call}, the paths timed in turn each round after one warm-up round."""
-    samples: dict[str, list[float]] = {name: [] for name in paths}
-    for r in range(rounds + 1):
-        for name, fn in paths.items():
-            t0 = clock()
-            for _ in range(calls):
-                fn()
-            if r:
-                samples[name].append((clock() - t0) / calls / 1000)
-    return {name: (float(np.median(s)), float(np.percentile(s, 20)), float(np.percentile(s, 80)))
-            for name, s in samples.items()}
+    return _rounds.interleaved(paths, calls, rounds, clock)  # the clock --clock chose
 
 
 def fmt(stat) -> str:

@@ -37,7 +37,7 @@ BENCHMARKS = {
     "registry_stress.py": (["--db", "sqlite"], "registry_stress.md", False),
     "rows_tc.py": ([], "rows_tc.md", True),
     "torch_cpu.py": ([], "torch_cpu.md", False),
-    "rope_cpu.py": ([], "rope_cpu.md", False),
+    "fused_cpu.py": ([], "fused_cpu.md", False),
     "thin_path.py": ([], "thin_path.md", False),
     "thread_stalls.py": ([], "thread_stalls.md", False),
     "timing_audit.py": ([], "timing_audit.md", False),

@@ -89,6 +89,27 @@ def test_a_torch_callers_numba_call_runs_on_one_thread(only_candidates):
     assert numba.get_num_threads() == before
 
 
+@pytest.mark.skipif(NUMBA_MISSING is not None, reason="needs numba")
+def test_a_torch_callers_numba_call_moving_much_memory_runs_on_the_pool(only_candidates, monkeypatch):
+    # a large memory-bound call is worth the pool's wake-up (cpu_threads.GUEST_POOL_BYTES, measured); a small one
+    # stays on one thread (above)
+    import numba
+
+    if numba.get_num_threads() == 1:
+        pytest.skip("numba has one thread here")
+    only_candidates("cpu", "softmax", SeesNumba())
+    x = np.random.default_rng(1).standard_normal((64, 32)).astype(np.float32)  # 8 KiB in, 8 KiB out
+    monkeypatch.setattr(cpu_threads, "GUEST_POOL_BYTES", 16 << 10)
+    SeesNumba.seen = []
+    arbiter.run_arbitrated("softmax", Softmax(x))
+    arbiter.run_arbitrated("softmax", Softmax(torch.from_numpy(x)))
+    assert SeesNumba.seen[-1] == numba.get_num_threads() > 1, SeesNumba.seen
+    monkeypatch.setattr(cpu_threads, "GUEST_POOL_BYTES", (16 << 10) + 1)
+    arbiter.run_arbitrated("softmax", Softmax(torch.from_numpy(x)))
+    assert SeesNumba.seen[-1] == 1, SeesNumba.seen
+    assert cpu_threads.guest_threads(False, 3, 0) == 3 and cpu_threads.guest_threads(True, 3, 1 << 40) == 3
+
+
 def test_a_torch_cpu_caller_defaults_to_torchs_kernel_and_keeps_its_own_route():
     x = np.random.default_rng(2).standard_normal((8, 32)).astype(np.float32)
     plain, from_torch = Softmax(x), Softmax(torch.from_numpy(x))

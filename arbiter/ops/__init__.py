@@ -7,7 +7,7 @@ every rule, gate, selection, persistence and counters, applies to it unchanged).
 """
 from __future__ import annotations
 
-from arbiter.ops import attention, fft, gated, layernorm, matmul, pointwise, rmsnorm, rope, softmax
+from arbiter.ops import add_rmsnorm, attention, fft, gated, layernorm, matmul, pointwise, rmsnorm, rope, softmax
 from arbiter.ops.kind import OPS, OpKind, Product, TorchOp, op_kind, register_op, register_op_kind, unregister_op
 
 __all__ = ["OPS", "OpKind", "Product", "TorchOp", "op_kind", "register_op", "register_op_kind", "unregister_op"]
@@ -21,3 +21,4 @@ register_op_kind(fft.KIND)
 register_op_kind(gated.KIND)
 register_op_kind(pointwise.KIND)
 register_op_kind(rope.KIND)
+register_op_kind(add_rmsnorm.KIND)

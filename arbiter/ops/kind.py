@@ -85,6 +85,10 @@ class OpKind:
     # by its summation order, subtracted from each difference where the full reference is compared (like the
     # output format's own floor, ``verify.ROUNDING_FLOOR``). None: the output's rounding alone.
     rounding: Callable | None = None
+    # An output holding several results of their own scale (add_rmsnorm's [2, ...]: the sum and the normalised
+    # rows): the index of each along the output's first axis, each compared with its part of the reference alone
+    # (one Frobenius norm over both would let the smaller result's error hide under the larger's). (): one result.
+    parts: tuple = ()
     # ``torch.ops.arbiter.<op>`` for a kind of one's own (``TorchOp``); the built-ins' torch ops are written out in
     # ``arbiter.torch`` (their reshapes and closed-form backward passes).
     torch_op: TorchOp | None = None

@@ -24,7 +24,7 @@ def force_each(region, expected: set[str]) -> dict:
         assert decision.winner.candidate is cand and decision.winner.verdict.passed, str(decision)
         out = np.asarray(arbiter.run_arbitrated(region.op, region))
         y = out.astype(np.complex128 if np.iscomplexobj(out) else np.float64)
-        reason, _, _ = compare(y, ref, budget_of(cand, region.op, region.dtype)[0])
+        reason, _, _ = compare(y, ref, budget_of(cand, region.op, region.dtype)[0], parts=op_kind(region.op).parts)
         assert reason == "", f"{cand.name}: {reason}"
         decisions[cand.name] = decision
     return decisions

@@ -128,6 +128,13 @@ def gelu_exact_inplace(flat):
         flat[i] = v * 0.5 * (1.0 + math.erf(v * 0.7071067811865476))
 
 
+def moved_bytes(region) -> int:
+    """The bytes a call reads and writes at least: its operands and its output."""
+    item = np.dtype(region.out_dtype).itemsize
+    return sum(int(a.nbytes) for a in region.operands().values() if a is not None) + item * math.prod(
+        region.output_shape())
+
+
 class SerialLaunches:
     """A numba candidate: its ``run`` holds ``cpu_threads.LAUNCH_LOCK`` (numba's workqueue layer, the one
     ``import arbiter`` asks for, terminates the process on concurrent parallel launches from two threads), and runs
@@ -139,8 +146,11 @@ class SerialLaunches:
         if run is not None and not getattr(run, "serial", False):
             @functools.wraps(run)
             def serial_run(self, region, params):
-                # one thread for a torch caller: torch's pool owns the cores (cpu_threads.guest_threads)
-                with cpu_threads.LAUNCH_LOCK, cpu_threads.numba_threads(cpu_threads.guest_threads(region.torch_caller)):
+                # one thread for a torch caller: torch's pool owns the cores, unless the call moves much memory
+                # (cpu_threads.guest_threads)
+                guest = region.torch_caller
+                threads = cpu_threads.guest_threads(guest, None, moved_bytes(region) if guest else 0)
+                with cpu_threads.LAUNCH_LOCK, cpu_threads.numba_threads(threads):
                     return run(self, region, params)
 
             serial_run.serial = True  # type: ignore[attr-defined]

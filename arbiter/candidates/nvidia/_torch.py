@@ -66,6 +66,19 @@ def out_tensor(region):
     return view(region.out)
 
 
+def new_out(region, shape, like):
+    """The tensor a torch candidate writes its result into: the given ``out=``; on the cpu target a view of the
+    region's own new output (NumPy's allocation, which asks for huge pages: a fresh 64 MiB output first-touched in
+    7.7 ms against 18.5 ms from torch's CPU allocator on the 2-core box); else a new tensor like ``like``."""
+    if region.out is not None:
+        return out_tensor(region)
+    if region.target == "cpu":
+        return view(region.alloc_out())
+    import torch
+
+    return torch.empty(shape, dtype=like.dtype, device=like.device)
+
+
 def deliver(region, y):
     """The candidate's output for torch result ``y``: copied into ``region.out`` when one was given,
     else ``y`` itself for a torch caller, else a zero-copy CuPy view of ``y`` (no extra pass)."""

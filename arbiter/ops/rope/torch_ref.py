@@ -1,5 +1,5 @@
 """rope's torch reference (``arbiter.torch.REFERENCE``): Hugging Face llama's ``apply_rotary_pos_emb`` for one
-tensor, as torch eager runs it (what ``benchmarks/rope_cpu.py`` times as the unfused peer)."""
+tensor, as torch eager runs it (what ``benchmarks/fused_cpu.py`` times as the unfused peer)."""
 from __future__ import annotations
 
 import torch

@@ -1,0 +1,32 @@
+"""Vendor residual add + RMSNorm through PyTorch eager: the add, then ``torch.rms_norm`` (what ``F.rms_norm`` and a
+fused-norm llama call), each into its half of one ``[2, rows, cols]`` output, on the caller's tensors (or DLPack
+views)."""
+from __future__ import annotations
+
+from arbiter.candidates import register
+from arbiter.candidates.nvidia._torch import TorchCandidate, deliver, new_out, tensor
+
+
+class TorchAddRMSNorm(TorchCandidate):
+    name = "torch_add_rmsnorm"
+    op = "add_rmsnorm"
+
+    def available(self):
+        ok = super().available()
+        if ok is not True:
+            return ok
+        import torch
+
+        return True if hasattr(torch, "rms_norm") else "this PyTorch has no torch.rms_norm (needs 2.4+)"
+
+    def run(self, region, params):
+        import torch
+
+        x = tensor(region, "x")
+        both = new_out(region, (2, *x.shape), x)
+        torch.add(x, tensor(region, "residual"), out=both[0])
+        both[1] = torch.rms_norm(both[0], (region.dims["cols"],), tensor(region, "weight"), region.eps)
+        return region.out if region.out is not None else deliver(region, both)
+
+
+register(TorchAddRMSNorm())
