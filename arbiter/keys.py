@@ -158,15 +158,47 @@ def memory_root(array):
     return array if base is None else base
 
 
-def _bounds(array) -> tuple[int, int]:
-    """[lo, hi) bytes ``array``'s elements may touch (NumPy, CuPy or torch)."""
+def _pointer_strides(array) -> tuple[int, int, list[int]]:
+    """(pointer, itemsize, strides in bytes) of a NumPy, CuPy or torch array."""
     if hasattr(array, "data_ptr"):  # torch: strides in elements
         ptr, item = int(array.data_ptr()), int(array.element_size())
-        strides = [int(s) * item for s in array.stride()]
-    else:
-        given = getattr(getattr(array, "data", None), "ptr", None)  # CuPy's; NumPy's from its interface
-        ptr = int(array.__array_interface__["data"][0] if given is None else given)
-        item, strides = int(array.dtype.itemsize), [int(s) for s in array.strides]
+        return ptr, item, [int(s) * item for s in array.stride()]
+    given = getattr(getattr(array, "data", None), "ptr", None)  # CuPy's; NumPy's from its interface
+    ptr = int(array.__array_interface__["data"][0] if given is None else given)
+    return ptr, int(array.dtype.itemsize), [int(s) for s in array.strides]
+
+
+def follows(a, b) -> bool:
+    """Whether ``a`` continues ``b`` along the last axis: the two halves ``w[..., :n]`` and ``w[..., n:]`` of one
+    array ``w`` (a concatenated gate/up weight, a torch ``Linear`` weight's row blocks transposed), so that one
+    view of twice the width covers both (``concatenated``)."""
+    if tuple(a.shape) != tuple(b.shape) or not a.shape or a.shape[-1] == 0 or a.dtype != b.dtype:
+        return False
+    pa, _, sa = _pointer_strides(a)
+    pb, _, sb = _pointer_strides(b)
+    return sa == sb and pa == pb + a.shape[-1] * sb[-1]
+
+
+def concatenated(first, second):
+    """The one view of twice the width whose halves are ``first`` and ``second`` (``follows(second, first)``), on
+    ``first``'s memory (the caller's buffer: no copy), or None when they are not such halves."""
+    if not follows(second, first):
+        return None
+    shape = (*first.shape[:-1], 2 * first.shape[-1])
+    if hasattr(first, "data_ptr"):  # torch: within its storage only (a tensor made from a NumPy view holds the view)
+        end = first.storage_offset() + sum((n - 1) * st for n, st in zip(shape, first.stride())) + 1
+        return first.as_strided(shape, first.stride()) if end * first.element_size() <= \
+            first.untyped_storage().nbytes() else None
+    if type(first).__module__.split(".")[0] == "cupy":
+        import cupy
+
+        return cupy.lib.stride_tricks.as_strided(first, shape, first.strides)
+    return np.lib.stride_tricks.as_strided(first, shape, first.strides)
+
+
+def _bounds(array) -> tuple[int, int]:
+    """[lo, hi) bytes ``array``'s elements may touch (NumPy, CuPy or torch)."""
+    ptr, item, strides = _pointer_strides(array)
     lo = hi = 0
     for n, s in zip(array.shape, strides):
         if n == 0:
@@ -188,7 +220,9 @@ def shared_pairs(items, roots=None) -> tuple[tuple, tuple]:
     """(same, views) of ``items`` (arrays or tensors, None skipped), each ((i, j), ...) with j < i the first such:
     ``same`` where ``items[i] is items[j]`` (one array passed twice: ``attention(q, k, k)``), ``views`` where they
     are different arrays over one allocation (``memory_root``) whose memory ranges overlap (``matmul(a, a.T)``;
-    q, k and v cut apart from one packed buffer do not overlap: not a pair). ``roots``: the items' roots where the
+    q, k and v cut apart from one packed buffer do not overlap: not a pair), or ``(i, i - 1, ">")`` where an item
+    continues the one before it along the last axis (``follows``: the halves of one concatenated weight, which a
+    kernel may read as one). ``roots``: the items' roots where the
     caller has them (arbiter.torch reads ``_base`` inline). One pass for the key (``layouts.shared_operands``), the
     region memo's signature and arbiter.torch's fast-path signature: identity first, the bounds compared only where
     the roots match; plain loops and counters (that fast path counts Python calls)."""
@@ -198,7 +232,8 @@ def shared_pairs(items, roots=None) -> tuple[tuple, tuple]:
     i = 0
     for r in roots:
         if r is not None:
-            t, view, j = items[i], None, 0
+            t, j = items[i], 0
+            view: tuple | None = None
             for u in roots:
                 if j == i:
                     break
@@ -209,7 +244,11 @@ def shared_pairs(items, roots=None) -> tuple[tuple, tuple]:
                         break
                     if view is None and overlap(t, items[j]):
                         view = (i, j)
-                j += 1  # noqa: SIM113 (enumerate is a builtin call per loop)
+                j += 1
+            if j == i and i and roots[i - 1] is r and follows(t, items[i - 1]):
+                # the second half of one array whose first half is the operand before (a gate/up weight): the more
+                # telling fact than the overlap of a row-major weight's interleaved column halves
+                view = (i, i - 1, ">")
             if view is not None:
                 views += (view,)
         i += 1  # noqa: SIM113 (the same)

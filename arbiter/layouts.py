@@ -28,9 +28,10 @@ others, as the attribute ``layouts`` (``a-T2u+bias-S1``), so the keys of plain c
 
 One array passed as two operands (``attention(q, k, k)``, ``matmul(a, a)``) is keyed too (attribute ``shares``,
 ``v@k``: v is k), and so is a view overlapping another operand's memory (``b~a``: ``matmul(a, a.T)``; told by the
-identity of the memory's owner, ``keys.memory_root``, then bounds only where the owners match).
-Every probe of such a key passes one array twice, or the other operand's transpose or a view of it, where its
-shapes allow (``_share``).
+identity of the memory's owner, ``keys.memory_root``, then bounds only where the owners match), and so are the two
+halves of one array (``b>a``: ``w_up`` continues ``w_gate`` along the last axis, a concatenated gate/up weight,
+``keys.follows``; a kernel may read them as one). Every probe of such a key passes one array twice, the other
+operand's transpose or a view of it, or the two halves of one array, where its shapes allow (``_share``).
 
 Aliasing contract (``aliased``; docs/architecture.md): ``out=`` may be exactly an input (same memory, shape and
 strides) where the op reads each input element before writing the output element at the same index: a
@@ -141,7 +142,8 @@ def shared_operands(operands: dict) -> list[str]:
     names = list(operands)
     arrays = list(operands.values())
     same, views = shared_pairs(arrays)
-    return [f"{names[i]}@{names[j]}" for i, j in same] + [f"{names[i]}~{names[j]}" for i, j in views]
+    return [f"{names[i]}@{names[j]}" for i, j in same] + [f"{names[v[0]]}{v[2] if len(v) > 2 else '~'}{names[v[1]]}"
+                                                          for v in views]
 
 
 def shares(attrs) -> list[tuple[str, str, str]]:
@@ -150,7 +152,7 @@ def shares(attrs) -> list[tuple[str, str, str]]:
     given = dict(attrs).get(SHARES_ATTR, "")
     found = []
     for part in given.split("+") if given else ():
-        sep = "@" if "@" in part else "~"
+        sep = next(c for c in "@>~" if c in part)
         name, other = part.split(sep, 1)
         found.append((name, other, sep))
     return found
@@ -367,7 +369,8 @@ def _inner_axis(x, rank: int, axis: int, flip: bool):
 
 def _share(fresh, attrs, replaced: dict) -> dict:
     """Make the operands the key's ``shares`` names share memory as the caller's did, where the probe's shapes
-    allow (a skewed probe of ``matmul(a, a)`` has m != k: drawn apart there): ``v@k`` one array; ``b~a`` the
+    allow (a skewed probe of ``matmul(a, a)`` has m != k: drawn apart there): ``v@k`` one array; ``b>a`` the two
+    halves of one array (``keys.follows``: ``a`` its first, ``b`` its second, in the caller's order); ``b~a`` the
     other operand's transpose where the shapes are transposed (``matmul(a, a.T)``), a view of it where they are
     equal, else drawn apart."""
     for name, first, sep in shares(attrs):
@@ -379,6 +382,15 @@ def _share(fresh, attrs, replaced: dict) -> dict:
             if a.shape == b.shape:
                 set_operands(fresh, {name: b})
                 replaced[name] = b
+        elif sep == ">":  # the halves of one array, as the caller's (one concatenated gate/up weight)
+            if a.shape == b.shape and a.ndim:
+                xp = _xp(b)
+                whole = xp.concatenate([b, a], axis=-1)
+                if b.ndim == 2 and b.strides[0] < b.strides[1]:  # column-major halves (a torch Linear weight's .T)
+                    whole = xp.asfortranarray(whole)
+                n = b.shape[-1]
+                set_operands(fresh, {first: whole[..., :n], name: whole[..., n:]})
+                replaced[first], replaced[name] = whole[..., :n], whole[..., n:]
         elif b.ndim == 2 and tuple(a.shape) == tuple(b.shape)[::-1]:
             set_operands(fresh, {name: b.T})
             replaced[name] = b.T

@@ -1,6 +1,6 @@
 """The fused op kinds on the CPU against torch eager's unfused ops (issue 43 item 2), at llama sizes.
 
-    python benchmarks/fused_cpu.py [--ops rope,add_rmsnorm] [--rounds 9] [--calls 20] [--quick] [--out DIR]
+    python benchmarks/fused_cpu.py [--ops rope,add_rmsnorm,gated] [--rounds 9] [--calls 20] [--quick] [--out DIR]
 
 Llama 7B/8B's shapes, float32:
 
@@ -10,6 +10,10 @@ Llama 7B/8B's shapes, float32:
 * ``add_rmsnorm``: x and the residual stream ``[1, T, 4096]``, T = 512 and 2048 (8 and 32 MiB each). Peers:
   ``h = x + residual`` then Hugging Face's ``LlamaRMSNorm`` (``h * rsqrt(mean(h^2) + eps) * weight``: four
   kernels), and ``h = x + residual`` then ``torch.rms_norm`` (torch's own norm kernel).
+* ``gated`` (SwiGLU) from one concatenated gate/up weight (a fused ``gate_up_proj`` ``Linear`` weight ``[2N, d]``
+  whose row blocks, transposed, are ``w_gate`` and ``w_up``): x ``[128, 1024]``, N = 2816 (a small llama's MLP; at
+  7B's sizes one call takes seconds on this box). Peers: the model's own ``F.linear(x, w).chunk(2, -1)`` then
+  ``silu(gate) * up`` (one GEMM), and Hugging Face's two GEMMs. GEMM-bound: the one GEMM is the gain, not memory.
 
 Every path is what a user runs, timed in interleaved rounds in one process (the median µs per call and its p20-p80
 range): the peers; ``arbiter.torch`` (``arbiter.torch.OPS[op]`` on the same tensors: wrappers and dispatch
@@ -91,6 +95,35 @@ def add_rmsnorm_case(torch, at, tokens: int):
             AddRMSNorm(xn, rn, wn, EPS).key.id)
 
 
+def gated_case(torch, at, tokens: int, d: int, hidden: int):
+    """(label, peers, arbiter paths, key) of SwiGLU from one concatenated gate/up weight (a fused ``gate_up_proj``
+    ``Linear`` weight ``[2 hidden, d]``)."""
+    from arbiter.regions import Gated
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(tokens, d, generator=g)
+    w = torch.randn(2 * hidden, d, generator=g) / d ** 0.5
+    w_gate, w_up = w[:hidden].T, w[hidden:].T
+
+    def fused_linear():  # the model's own code on its fused weight: one GEMM, then silu and the product
+        gate, up = torch.nn.functional.linear(x, w).chunk(2, -1)
+        return torch.nn.functional.silu(gate) * up
+
+    def two_gemms():  # Hugging Face llama's LlamaMLP (gate_proj and up_proj apart)
+        return torch.nn.functional.silu(x @ w_gate) * (x @ w_up)
+
+    xn, wn = x.numpy(), w.numpy()
+    want = fused_linear()
+    torch.testing.assert_close(at.gated(x, w_gate, w_up), want, rtol=1e-4, atol=1e-4)  # (tunes the key)
+    region = Gated(xn, wn[:hidden].T, wn[hidden:].T)
+    np.testing.assert_allclose(arbiter.run_arbitrated("gated", region), want.numpy(), rtol=1e-4, atol=1e-4)
+    return (f"gated [{tokens}, {d}] x [{d}, 2x{hidden}] concatenated", {"torch eager (fused Linear)": fused_linear,
+                                                                       "torch eager (two GEMMs)": two_gemms},
+            {"arbiter.torch": lambda: at.gated(x, w_gate, w_up),
+             "run_arbitrated": lambda: arbiter.run_arbitrated("gated", Gated(xn, wn[:hidden].T, wn[hidden:].T))},
+            region.key.id)
+
+
 def cases(torch, at, ops: list[str], quick: bool):
     if "rope" in ops:
         for seq in (512,) if quick else (512, 2048):
@@ -99,11 +132,13 @@ def cases(torch, at, ops: list[str], quick: bool):
     if "add_rmsnorm" in ops:
         for tokens in (512,) if quick else (512, 2048):
             yield add_rmsnorm_case(torch, at, tokens)
+    if "gated" in ops:
+        yield gated_case(torch, at, 32, 128, 352) if quick else gated_case(torch, at, 128, 1024, 2816)
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--ops", default="rope,add_rmsnorm", help="comma-separated: rope, add_rmsnorm")
+    p.add_argument("--ops", default="rope,add_rmsnorm,gated", help="comma-separated: rope, add_rmsnorm, gated")
     p.add_argument("--rounds", type=int, default=9)
     p.add_argument("--calls", type=int, default=20)
     p.add_argument("--quick", action="store_true", help="2 rounds of 3 calls at the smaller size")

@@ -1,11 +1,13 @@
 """A torch CPU model through ``arbiter.torch`` against the same model in plain torch (issue 39 item 5).
 
-Two models, each written twice (plain torch, and with its ops through ``arbiter.torch``), same weights:
+Three models, each written twice (plain torch, and with its ops through ``arbiter.torch``), same weights:
 
 * **mlp**: ``[batch, d]`` -> matmul + bias + GELU (4d) -> matmul + bias -> LayerNorm;
 * **block**: a pre-norm transformer block on ``[batch, seq, d]``: RMSNorm -> q, k, v projections -> 4-D attention
   (causal) -> output projection + residual -> LayerNorm -> SwiGLU (``gated``, hidden 4d) -> down projection +
-  residual.
+  residual;
+* **llama**: a llama decoder layer on ``[1, seq, d]`` (the ``Llama`` class: rotary embedding of q and k, and
+  through arbiter.torch the fused ``add_rmsnorm`` and ``rope`` op kinds, issue 43 item 3).
 
 Paths: eager forward (no gradients), eager forward + backward, and ``torch.compile`` forward (both models
 compiled, outside the timing). Each configuration runs in its own process (thread counts and the policy are a
@@ -15,7 +17,7 @@ fresh in-memory registry. ``--busy`` runs the whole set again with one other CPU
 Timing: the torch and arbiter variants of a path alternate in rounds (A B, B A, ...), each sample ``--calls``
 calls back to back; median µs per call and the ratio torch / arbiter (above 1: the arbiter is faster).
 
-    python benchmarks/torch_model.py [--quick] [--busy] [--out DIR]
+    python benchmarks/torch_model.py [--quick] [--busy] [--models mlp,block,llama] [--configs 0:tier,1:tune] [--out DIR]
 
 ``--quick``: tiny models, 3 rounds, no compiled path (a smoke run; its figures are not results).
 """
@@ -36,13 +38,14 @@ ROOT = Path(__file__).resolve().parents[1]
 from _busy import busy_box  # noqa: E402 (benchmarks/, the script's folder, is on sys.path)
 
 
-def child(threads: int | None, policy: str, quick: bool) -> list[dict]:
+def child(threads: int | None, policy: str, quick: bool, only: list[str]) -> list[dict]:
     import numpy as np
     import torch
     import torch.nn.functional as F
 
     import arbiter
     import arbiter.torch as at
+    from arbiter.ops.rope.torch_ref import ref_rope
     from arbiter.store import MemoryStore
 
     if threads:
@@ -102,6 +105,49 @@ def child(threads: int | None, policy: str, quick: bool) -> list[dict]:
             h = F.silu(h @ self.wg) * (h @ self.wu)
             return (h @ self.wd + rows).view(b, n, d)
 
+    class Llama(torch.nn.Module):
+        """A llama decoder layer (Hugging Face's LlamaDecoderLayer, no KV cache): RMSNorm -> q, k, v projections ->
+        rotary embedding of q and k (llama's permuted [B, S, H, D] views) -> causal attention -> output projection
+        -> residual add and the next RMSNorm -> SwiGLU -> down projection + residual. Through arbiter.torch the
+        residual add and the norm are one fused op (``add_rmsnorm``), and the rotation one pass a tensor
+        (``rope``)."""
+
+        def __init__(self, d, heads, hidden, seq, mine):
+            super().__init__()
+            self.mine, self.heads = mine, heads
+            s = d ** -0.5
+            self.norm1, self.norm2 = p(d, scale=0.1), p(d, scale=0.1)
+            self.wq, self.wk, self.wv, self.wo = (p(d, d, scale=s) for _ in range(4))
+            self.wg, self.wu = p(d, hidden, scale=s), p(d, hidden, scale=s)
+            self.wd = p(hidden, d, scale=hidden ** -0.5)
+            from arbiter.ops.rope import tables
+
+            cos, sin = tables(seq, d // heads)
+            self.register_buffer("cos", torch.from_numpy(cos.astype(np.float32)))
+            self.register_buffer("sin", torch.from_numpy(sin.astype(np.float32)))
+
+        def heads_of(self, t, b, n):  # [b*n, d] -> llama's [b, H, n, D] view (a permuted view of [b, n, H, D])
+            return t.view(b, n, self.heads, -1).transpose(1, 2)
+
+        def forward(self, x):
+            b, n, d = x.shape
+            rows = x.reshape(b * n, d)
+            if self.mine:
+                h = at.rmsnorm(rows, self.norm1 + 1)
+                q, k, v = (self.heads_of(at.matmul(h, w), b, n) for w in (self.wq, self.wk, self.wv))
+                q, k = at.rope(q, self.cos, self.sin), at.rope(k, self.cos, self.sin)
+                o = at.attention(q, k, v, True).transpose(1, 2).reshape(b * n, d)
+                rows, h = at.add_rmsnorm(at.matmul(o, self.wo), rows, self.norm2 + 1, 1e-6).unbind(0)
+                return at.matmul(at.gated(h, self.wg, self.wu), self.wd, None, rows).view(b, n, d)
+            h = F.rms_norm(rows, (d,), self.norm1 + 1, 1e-6)
+            q, k, v = (self.heads_of(h @ w, b, n) for w in (self.wq, self.wk, self.wv))
+            q, k = (ref_rope(t, self.cos, self.sin) for t in (q, k))
+            o = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b * n, d)
+            rows = o @ self.wo + rows
+            h = F.rms_norm(rows, (d,), self.norm2 + 1, 1e-6)
+            h = F.silu(h @ self.wg) * (h @ self.wu)
+            return (h @ self.wd + rows).view(b, n, d)
+
     def twins(cls, *args):
         torch.manual_seed(0)
         g.manual_seed(0)
@@ -111,10 +157,14 @@ def child(threads: int | None, policy: str, quick: bool) -> list[dict]:
         return ref, mine
 
     if quick:
-        models = [("mlp 8x32", twins(MLP, 32), (8, 32)), ("block 1x8x32", twins(Block, 32, 2), (1, 8, 32))]
+        models = [("mlp 8x32", twins(MLP, 32), (8, 32)), ("block 1x8x32", twins(Block, 32, 2), (1, 8, 32)),
+                  ("llama 1x16x64", twins(Llama, 64, 2, 96, 16), (1, 16, 64))]
         rounds, calls = 3, 5
     else:
-        models = [("mlp 64x256", twins(MLP, 256), (64, 256)), ("block 2x64x128", twins(Block, 128, 4), (2, 64, 128))]
+        models = [("mlp 64x256", twins(MLP, 256), (64, 256)), ("block 2x64x128", twins(Block, 128, 4), (2, 64, 128)),
+                  ("llama 1x256x512", twins(Llama, 512, 8, 1376, 256), (1, 256, 512))]
+    if only:
+        models = [m for m in models if m[0].split()[0] in only]
         rounds, calls = 15, 20
     rows = []
     for name, (ref, mine), shape in models:
@@ -161,11 +211,14 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--busy", action="store_true", help="also run with one other CPU-bound process on the box")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--models", default="", help="comma-separated: mlp, block, llama (default: all)")
+    ap.add_argument("--configs", default="", help="comma-separated threads:policy, e.g. 0:tier,1:tune (default: all)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)  # "threads,policy": one configuration
     args = ap.parse_args()
     if args.child:
         threads, policy = args.child.split(",")
-        print(json.dumps(child(int(threads) or None, policy, args.quick)))
+        only = [m for m in args.models.split(",") if m]
+        print(json.dumps(child(int(threads) or None, policy, args.quick, only)))
         return 0
     try:
         import torch  # noqa: F401
@@ -174,11 +227,14 @@ def main() -> int:
         return 0
     conditions = ["quiet", "busy"] if args.busy else ["quiet"]
     configs = [(0, "tier")] if args.quick else [(0, "tier"), (0, "tune"), (1, "tier"), (1, "tune")]
+    if args.configs:
+        configs = [(int(c.split(":")[0]), c.split(":")[1]) for c in args.configs.split(",")]
     rows = []
     for condition in conditions:
         with busy_box(condition == "busy"):
             for threads, policy in configs:
-                cmd = [sys.executable, __file__, "--child", f"{threads},{policy}"] + (["--quick"] if args.quick else [])
+                cmd = [sys.executable, __file__, "--child", f"{threads},{policy}", "--models", args.models] + (
+                    ["--quick"] if args.quick else [])
                 env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT),
                                                                                    os.environ.get("PYTHONPATH")]))}
                 load = os.getloadavg()[0]

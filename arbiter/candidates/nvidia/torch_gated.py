@@ -7,12 +7,15 @@ its kernels): the GEMM results, silu(g), and the product. On an H200 that passed
 budgets at every shape probed, 1x1x1 to 2048x5632x2048 (worst rel_fro 1.0e-03 in float16, 5.0e-03 in
 bfloat16; docs/budgets.md, "Composite ops"). Where it does not, ``torch_gated_float`` (silu(g) * u in float,
 rounded once) is next in the tier. Into a given out (the gate's) the product is written through ``out=``;
-otherwise torch's own output is returned, no extra pass.
+otherwise torch's own output is returned, no extra pass. Where the two weights are the halves of one concatenated
+gate/up weight (``keys.follows``: a model's fused ``gate_up_proj``), one ``torch.mm`` of twice the width on it, as
+the model's own ``F.linear(x, w).chunk(2, -1)`` runs.
 """
 from __future__ import annotations
 
 from arbiter.candidates import register
-from arbiter.candidates.nvidia._torch import TorchCandidate, deliver, out_tensor, tensor
+from arbiter.candidates.nvidia._torch import TorchCandidate, deliver, new_out, out_tensor, tensor, view
+from arbiter.keys import concatenated
 
 
 class TorchGated(TorchCandidate):
@@ -23,8 +26,21 @@ class TorchGated(TorchCandidate):
         import torch
 
         x = tensor(region, "x")
-        gate = torch.mm(x, tensor(region, "w_gate"))
-        up = torch.mm(x, tensor(region, "w_up"))
+        w_gate, w_up = tensor(region, "w_gate"), tensor(region, "w_up")
+        whole = concatenated(w_gate, w_up)
+        if whole is None and region.torch_in is None:  # DLPack/from_numpy views hold only their own bounds
+            native = concatenated(region.w_gate, region.w_up)
+            whole = None if native is None else view(native)
+        if whole is not None:  # the halves of one gate/up weight: one GEMM of twice the width (x read once)
+            n = region.dims["n"]
+            z = torch.mm(x, whole)
+            gate, up = z[:, :n], z[:, n:]
+            torch.nn.functional.silu(gate, inplace=True)
+            out = new_out(region, (x.shape[0], n), x)
+            torch.mul(gate, up, out=out)
+            return region.out if region.out is not None else deliver(region, out)
+        gate = torch.mm(x, w_gate)
+        up = torch.mm(x, w_up)
         torch.nn.functional.silu(gate, inplace=True)
         if region.out is not None:
             torch.mul(gate, up, out=out_tensor(region))
