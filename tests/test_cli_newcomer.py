@@ -59,7 +59,8 @@ def test_options_an_op_would_ignore_are_refused(tmp_path):
     line = _one_line_error(arbiter("--db", db, "tune", "--op", "softmax", "--shape", "4x8", "--bias"), 2)
     assert line == "error: --bias: is matmul's epilogue; softmax has none"
     line = _one_line_error(arbiter("--db", db, "tune", "--op", "sofmax", "--shape", "4x8"), 2)
-    assert line.startswith("error: --op: unknown op 'sofmax' (did you mean 'softmax'?); known: attention, ")
+    assert line.startswith("error: --op: unknown op 'sofmax' (did you mean 'softmax'?); known: "
+                           "add_rmsnorm, attention, ")
     assert not db.exists()
 
 

@@ -150,7 +150,7 @@ def test_explain_prints_names_reasons_and_errors_with_brackets(tmp_path):
     bad = cli("--db", db, "explain", "--op", "[/x]", "--shape", "1x1")  # a MarkupError traceback before
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     [line] = bad.stdout.splitlines()
-    assert line.startswith("error: --op: unknown op '[/x]'; known: attention, fft, ")
+    assert line.startswith("error: --op: unknown op '[/x]'; known: add_rmsnorm, attention, fft, ")
 
 
 def test_import_conflicts_print_names_with_brackets(tmp_path):

@@ -112,4 +112,5 @@ def test_torch_callers_concatenated_gate_up_weight():
     x = torch.randn(3, 5, 40, generator=g)
     gate, up = torch.nn.functional.linear(x, w).chunk(2, -1)
     want = torch.nn.functional.silu(gate) * up
-    torch.testing.assert_close(at.gated(x, w[:24].T, w[24:].T), want, rtol=1e-5, atol=1e-5)
+    for _ in range(3):  # the first call learns the signature; later ones take arbiter.torch's fast path on tensors
+        torch.testing.assert_close(at.gated(x, w[:24].T, w[24:].T), want, rtol=1e-5, atol=1e-5)
