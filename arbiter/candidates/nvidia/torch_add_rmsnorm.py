@@ -4,20 +4,15 @@ views)."""
 from __future__ import annotations
 
 from arbiter.candidates import register
-from arbiter.candidates.nvidia._torch import TorchCandidate, deliver, new_out, tensor
+from arbiter.candidates.nvidia._torch import deliver, new_out, tensor
+from arbiter.candidates.nvidia.torch_rmsnorm import TorchRMSNorm
 
 
-class TorchAddRMSNorm(TorchCandidate):
+class TorchAddRMSNorm(TorchRMSNorm):
+    """``torch_rmsnorm``'s availability (torch.rms_norm, PyTorch 2.4+), its own op."""
+
     name = "torch_add_rmsnorm"
     op = "add_rmsnorm"
-
-    def available(self):
-        ok = super().available()
-        if ok is not True:
-            return ok
-        import torch
-
-        return True if hasattr(torch, "rms_norm") else "this PyTorch has no torch.rms_norm (needs 2.4+)"
 
     def run(self, region, params):
         import torch

@@ -26,26 +26,29 @@ class TorchGated(TorchCandidate):
         import torch
 
         x = tensor(region, "x")
-        w_gate, w_up = tensor(region, "w_gate"), tensor(region, "w_up")
-        whole = concatenated(w_gate, w_up)
-        if whole is None and region.torch_in is None:  # DLPack/from_numpy views hold only their own bounds
-            native = concatenated(region.w_gate, region.w_up)
-            whole = None if native is None else view(native)
-        if whole is not None:  # the halves of one gate/up weight: one GEMM of twice the width (x read once)
+        # the halves of one gate/up weight: one GEMM of twice the width (x read once). A torch caller's own tensors
+        # hold their whole storage; DLPack and from_numpy views only their own bounds, so those are viewed whole
+        whole = concatenated(tensor(region, "w_gate"), tensor(region, "w_up")) if region.torch_in is not None \
+            else _viewed(concatenated(region.w_gate, region.w_up))
+        if whole is not None:
             n = region.dims["n"]
             z = torch.mm(x, whole)
             gate, up = z[:, :n], z[:, n:]
-            torch.nn.functional.silu(gate, inplace=True)
-            out = new_out(region, (x.shape[0], n), x)
-            torch.mul(gate, up, out=out)
-            return region.out if region.out is not None else deliver(region, out)
-        gate = torch.mm(x, w_gate)
-        up = torch.mm(x, w_up)
+        else:
+            gate, up = torch.mm(x, tensor(region, "w_gate")), torch.mm(x, tensor(region, "w_up"))
         torch.nn.functional.silu(gate, inplace=True)
         if region.out is not None:
             torch.mul(gate, up, out=out_tensor(region))
             return region.out
-        return deliver(region, gate.mul_(up))
+        if whole is None:
+            return deliver(region, gate.mul_(up))
+        out = new_out(region, (x.shape[0], region.dims["n"]), x)  # (gate is a strided view of z)
+        torch.mul(gate, up, out=out)
+        return deliver(region, out)
+
+
+def _viewed(native):
+    return None if native is None else view(native)
 
 
 register(TorchGated())
