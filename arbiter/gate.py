@@ -27,7 +27,8 @@ import inspect
 from arbiter.ops import OPS
 
 # Bump on a change to what the gate decides for every op; then regenerate tests/gate_golden.json (see above).
-GATE_RULES_VERSION = 9  # 9: size classes inside a bucket (odd multiples of 64 and 128), 64-byte aligned probes
+GATE_RULES_VERSION = 10  # 9: size classes inside a bucket, 64-byte aligned probes; 10: four concurrent callers
+# meeting just before the candidate runs
 PROJECT = "arbiter."
 
 

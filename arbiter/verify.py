@@ -61,6 +61,7 @@ captured constants and the gate's own version (``arbiter.gate.gate_version``).
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import math
 import os
@@ -958,9 +959,10 @@ class _Run:
 
 
 def _run_once(candidate, params, fresh, target, label: str, shift: bool, aliased: list[str],
-              guard: bool, pristine=None) -> _Run:
+              guard: bool, pristine=None, start=None) -> _Run:
     """One run of the candidate on probe ``fresh``, in the gate's own poisoned, guarded output (or, for a legal
-    in-place key, in the aliased operand placed inside the guard band). Checks what needs no oracle."""
+    in-place key, in the aliased operand placed inside the guard band). Checks what needs no oracle. ``start``:
+    called just before the candidate runs, after the gate's own preparation (concurrent callers meet there)."""
     if guard:
         out, buf, span = _guarded_out(target, fresh.output_shape(), fresh.out_dtype, shift)
     else:  # an opaque target's arrays: no views of a wider buffer
@@ -971,6 +973,8 @@ def _run_once(candidate, params, fresh, target, label: str, shift: bool, aliased
     if pristine is None:
         pristine = pristine_copy(fresh)
     env = fpenv.capture()
+    if start is not None:
+        start()
     try:
         result = candidate.run(fresh.with_out(out), params)
         target.synchronize()
@@ -1169,6 +1173,10 @@ def _repeats(candidate, params, region, target, draw, labelled, judge, probed, a
 # target (streams per thread, candidates without out= through CuPy's pool) they wait to be run on a device.
 CONTEXT_RUNS = 8
 THREAD_TIMEOUT_S = 120.0  # a call on a worker thread that has not returned by then fails (deadlock)
+# The concurrent-callers probe's callers, meeting just before the candidate runs: with two, a race whose window is
+# one GIL switch (a sleep(0)) was caught in 12 of 15 and 16 of 20 gates on a box loaded by four busy processes;
+# with four callers, in 35 of 35 (2026-12-07, 2 cores; /tmp/race.py of that session).
+CONCURRENT_CALLERS = 4
 
 
 def _overwrite_tail(region, other) -> None:
@@ -1345,8 +1353,17 @@ def _context(candidate, params, region, target, draw, labelled, judge, probed) -
         return reason
     label = f"{base} x2 concurrent threads"
     probed.append(label)
-    pair = [draw(probe, 5)[0], draw(probe, 6)[0]]
-    for run in _in_threads([lambda: once(pair[0], label), lambda: once(pair[1], label)]):
+    pair = [draw(probe, seed)[0] for seed in (5, 6, 8, 9)[:CONCURRENT_CALLERS]]
+    # The two callers meet at a barrier just before the candidate runs, not before the gate's preparation of each
+    # call (its output, the inputs' copies): a loaded box let one caller finish before the other began, and a race
+    # with a window of a few milliseconds went unseen (a clean-clone test run beside another, 2026-12-07).
+    meet = threading.Barrier(len(pair))
+
+    def together(fresh):
+        return _run_once(candidate, params, fresh, target, label, False, [], True,
+                         start=lambda: meet.wait(timeout=THREAD_TIMEOUT_S))
+
+    for run in _in_threads([functools.partial(together, fresh) for fresh in pair]):
         reason = judged(run, label, "two calls at once on different data: state shared between callers")
         if reason:
             return reason
