@@ -27,7 +27,6 @@ from arbiter.ops.family import (
     BENIGN,
     FINFO_MAX,
     SMALLEST_NORMAL,
-    VERIFIED_ON,
     Family,
     exp_range,
     host_array,
@@ -38,17 +37,16 @@ from arbiter.ops.family import (
 )
 from arbiter.oracles import budgets
 
-__all__ = ["BENIGN", "CATALOGUE", "FINFO_MAX", "SMALLEST_NORMAL", "VERIFIED_ON", "Family", "catalogue",
+__all__ = ["BENIGN", "CATALOGUE", "FINFO_MAX", "SMALLEST_NORMAL", "Family", "catalogue",
            "document", "exp_range", "families", "host_array", "host_rows", "markdown", "poke", "row_offsets",
            "scalar_sentinels", "varied_scalars", "write_x"]
 
 
-def families(op: str, target: str | None = None) -> list[Family]:
-    """Benign first, then the op's adversarial families (``OpKind.families``; those probed on ``target``, where
-    given)."""
+def families(op: str, special_values: bool = True) -> list[Family]:
+    """Benign first, then the op's adversarial families (``OpKind.families``); ``special_values``: with the
+    special-value ones (``Family.special``), as a target that declares ``special_values_verified`` is probed."""
     kind = OPS.get(op)
-    return [BENIGN] + [f for f in (kind.families if kind is not None else ())
-                       if target is None or f.targets is None or target in f.targets]
+    return [BENIGN] + [f for f in (kind.families if kind is not None else ()) if special_values or not f.special]
 
 
 def catalogue() -> tuple[tuple[Family, tuple[str, ...]], ...]:
@@ -57,7 +55,7 @@ def catalogue() -> tuple[tuple[Family, tuple[str, ...]], ...]:
     rows: dict[tuple, tuple[Family, list[str]]] = {}
     for name, kind in OPS.items():
         for fam in kind.families:
-            row = rows.setdefault((fam.name, fam.text, fam.budget_text, fam.targets), (fam, []))
+            row = rows.setdefault((fam.name, fam.text, fam.budget_text, fam.special), (fam, []))
             row[1].append(name)
     return tuple((fam, tuple(ops)) for fam, ops in rows.values())
 
@@ -213,13 +211,13 @@ def markdown() -> str:
              "| op | family | values | budget |", "| --- | --- | --- | --- |"]
     for fam, names in ((BENIGN, ("*",)),) + catalogue():
         ops = "(every op)" if names == ("*",) else ", ".join(names)
-        if fam.targets is not None:
-            ops += f" (on {', '.join(fam.targets)} only: see below)"
+        if fam.special:
+            ops += " (special values: see below)"
         lines.append(f"| {ops} | {fam.name} | {fam.text} | {fam.budget_text or 'the op budget'} |")
-    lines += ["", f"Families marked 'on {', '.join(VERIFIED_ON)} only', and the one-element pointer shift, "
-              "are drawn on the targets whose candidates were verified against them on the device. rocm shares "
-              "nvidia's kernel templates but is not verified on an AMD GPU yet; there these families are not "
-              "drawn."]
+    lines += ["", "Families marked 'special values', and the one-element pointer shift, are drawn on the targets "
+              "that declare their candidates verified against them on the device (`Target.special_values_verified`"
+              ": cpu, nvidia). rocm shares nvidia's kernel templates but is not verified on an AMD GPU yet; there "
+              "these families are not drawn."]
     return "\n".join(lines) + "\n"
 
 

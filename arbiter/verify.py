@@ -236,7 +236,7 @@ def probe_plan(region) -> list[Probe]:
     """The probes of one verification, in order (see the module docstring). No family is ever dropped: one that
     does not fit the cost cap at the bucket's low corner runs at a shrunk shape."""
     real = dict(region.dims)
-    fams = probes.families(region.op, region.target)
+    fams = probes.families(region.op, targets.get(region.target).special_values_verified)
     corners = corner_shapes(region)
     low = corners[0]
     plan = [Probe(real, probes.BENIGN, False)]
@@ -1057,7 +1057,7 @@ def verify(candidate: Candidate, params: dict, region) -> Verdict:
         # pointer alignment: 16-byte aligned, then one element off, alternately; a real shape above the cost floor
         # stays aligned (moving its operands would cost a pass over each), the bucket's other probes alternate
         at_real = (dims or probe.dims) == dict(region.dims)
-        shift = (index % 2 == 1 and not opaque and region.target in probes.VERIFIED_ON
+        shift = (index % 2 == 1 and not opaque and target.special_values_verified
                  and not (at_real and _cost(region.dims) > EXTRA_WORK_FLOOR))
         if opaque:  # drawn and kept on the host; the candidate gets a device copy
             host = _draw(pristine_copy_target(region, "cpu"), probe, rng, False, dims, index, caller_layout=False)

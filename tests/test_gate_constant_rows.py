@@ -76,7 +76,7 @@ def test_the_oracle_is_exact_on_float64_constant_rows(rng):
 
 # --- the family ----------------------------------------------------------------------------------------
 def _family(op, name="eps_dominated"):
-    return next(f for f in probes.families(op, "cpu") if f.name == name)
+    return next(f for f in probes.families(op) if f.name == name)
 
 
 def _drawn(op, seed, rows=64):

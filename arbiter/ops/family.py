@@ -18,13 +18,10 @@ FINFO_MAX = {"float16": 65504.0, "bfloat16": 3.3895e38, "float32": 3.4028e38, "f
               "complex64": 3.4028e38, "complex128": 1.7976e308}
 SMALLEST_NORMAL = {"float16": 2.0 ** -14, "bfloat16": 2.0 ** -126, "float32": 2.0 ** -126, "float64": 2.0 ** -1022}
 
-# The special-value families (nonfinite, masked_blocks, huge, subnormal, zero_ends) and the gate's one-element
-# pointer shift are probed on these targets only: those whose candidates were verified against them on the device.
-# On nvidia (H200, 2026-12-03) they first found NaN-dropping epilogues and SDPA faulting on a misaligned q (a fault
-# poisons the process's CUDA context); the candidates now propagate NaN or decline, and take any alignment. rocm
-# shares the kernel templates but is not verified on an AMD device yet (its probes are opaque host copies, so the
-# shift never reaches it anyway).
-VERIFIED_ON = ("cpu", "nvidia")
+# The special-value families (nonfinite, masked_blocks, huge, subnormal, zero_ends: ``Family.special``) and the
+# gate's one-element pointer shift are probed on the targets that declare their candidates verified against them
+# on the device (``Target.special_values_verified``: cpu and nvidia; not rocm, which shares nvidia's templates but
+# was never run on an AMD GPU).
 
 
 def exp_range(dtype: str) -> float:
@@ -43,8 +40,8 @@ class Family:
     # dtype -> Budget for this family, where the maths needs more room than the op's budget; None: the op's.
     budget: Callable | None = None
     budget_text: str = ""
-    # The targets probed with this family; None: every target. See VERIFIED_ON.
-    targets: tuple[str, ...] | None = None
+    # A special-value family: probed only on targets with ``special_values_verified`` (see above); else every one.
+    special: bool = False
 
     def budget_for(self, op: str, dtype: str) -> Budget:
         return self.budget(op, dtype) if self.budget is not None else budget_for(op, dtype)

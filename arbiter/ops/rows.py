@@ -5,7 +5,7 @@ import math
 
 import numpy as np
 
-from arbiter.ops.family import FINFO_MAX, VERIFIED_ON, Family, host_rows, row_offsets, scaled_budget, write_x
+from arbiter.ops.family import FINFO_MAX, Family, host_rows, row_offsets, scaled_budget, write_x
 
 ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
 WORK_TEXT = "bytes read + written (x and out)"
@@ -50,14 +50,14 @@ NONFINITE_TEXT = ("NaN, +Inf, -Inf where the oracle propagates them: a few eleme
 
 
 def nonfinite(op: str) -> Family:
-    return Family("nonfinite", (op,), NONFINITE_TEXT, _nonfinite, targets=VERIFIED_ON)
+    return Family("nonfinite", (op,), NONFINITE_TEXT, _nonfinite, special=True)
 
 
 def zero_ends(op: str) -> Family:
     return Family("zero_ends", (op,),
                   "rows whose first and last elements are exactly 0, every third row zero but for one inner element: "
                   "catches shortcuts that test a row's ends for an all-zero row",
-                  _zero_ends, targets=VERIFIED_ON)
+                  _zero_ends, special=True)
 
 
 # --- norms (rmsnorm, layernorm) -------------------------------------------------------------------------

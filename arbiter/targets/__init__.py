@@ -78,6 +78,10 @@ class Target:
     captures_graphs: bool = True
     # The ``torch.device.type`` of the tensors it serves through ``arbiter.torch`` (None: no torch tensors).
     torch_device: str | None = None
+    # Whether its candidates were verified on its device against the special-value families (``Family.special``:
+    # non-finite, huge, subnormal values, masked blocks, zero ends) and the gate's one-element pointer shift: only
+    # then are these drawn for its keys (a target's own word, not a list of names in the core; issue 41 item 3).
+    special_values_verified: bool = False
 
     def available(self) -> bool | str:
         """True, or a string saying why this target cannot run anything here."""

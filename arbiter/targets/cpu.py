@@ -73,6 +73,7 @@ class CpuTarget(Target):
     host_clock = True  # the CPU is the device: the host clock times it, all modes alike
     host_cores = True
     captures_graphs = False
+    special_values_verified = True
     torch_device = "cpu"
 
     def available(self):

@@ -99,6 +99,9 @@ def torch_reason() -> bool | str:
 
 class NvidiaTarget(Target):
     name = "nvidia"
+    # Verified on the H200 (2026-12-03): the families first found NaN-dropping epilogues and SDPA faulting on a
+    # misaligned q (a fault poisons the process's CUDA context); the candidates now propagate NaN or decline.
+    special_values_verified = True
     visible_devices = "CUDA_VISIBLE_DEVICES"
     torch_device = "cuda"
 

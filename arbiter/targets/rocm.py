@@ -301,6 +301,9 @@ class Kernel:
 # -- the target -----------------------------------------------------------------------------------
 class RocmTarget(Target):
     name = "rocm"
+    # Not verified on an AMD GPU yet (it shares nvidia's kernel templates): the special-value families are not
+    # drawn for its keys (``Target.special_values_verified``).
+    special_values_verified = False
     visible_devices = "HIP_VISIBLE_DEVICES"
 
     def __init__(self):

@@ -6,7 +6,7 @@ import math
 import numpy as np
 
 from arbiter import regions, targets
-from arbiter.ops.family import FINFO_MAX, SMALLEST_NORMAL, VERIFIED_ON, Family, exp_range
+from arbiter.ops.family import FINFO_MAX, SMALLEST_NORMAL, Family, exp_range
 from arbiter.ops.kind import OpKind
 from arbiter.oracles.pointwise import oracle
 
@@ -54,14 +54,14 @@ FAMILIES = (
     Family("nonfinite", ("pointwise",),
            "NaN, +Inf, -Inf in a sixteenth of the elements of every operand, where the oracle propagates them: "
            "catches relu as fmax(x, 0) and other NaN-dropping shortcuts",
-           _nonfinite, targets=VERIFIED_ON),
+           _nonfinite, special=True),
     Family("huge", ("pointwise",),
            "magnitudes log-uniform from 1e-2 to half the dtype's largest value, both signs: catches exp that "
            "saturates early, and chains that overflow in an intermediate of narrower precision",
-           _huge, targets=VERIFIED_ON),
+           _huge, special=True),
     Family("subnormal", ("pointwise",),
            "x below the smallest normal value: outputs are subnormal, so a kernel that flushes them to zero fails",
-           _subnormal, targets=VERIFIED_ON),
+           _subnormal, special=True),
 )
 
 

@@ -5,7 +5,7 @@ import numpy as np
 
 from arbiter import targets
 from arbiter.ops import rows
-from arbiter.ops.family import VERIFIED_ON, Family, exp_range, host_array, host_rows, write_x
+from arbiter.ops.family import Family, exp_range, host_array, host_rows, write_x
 
 
 def _large_logits(region, rng):
@@ -101,7 +101,7 @@ FAMILIES = (
     Family("masked_blocks", ("softmax",),
            "-inf blocks: leading (left padding), trailing, all but the last element, and fully masked rows (NaN: "
            "see Special values); catches an online softmax whose running max starts at -inf without a guard",
-           _masked_blocks, targets=VERIFIED_ON),
+           _masked_blocks, special=True),
     rows.zero_ends("softmax"),
     Family("finfo_min_mask", ("softmax",),
            "additive masks at the dtype's most negative finite value (finfo.min, as masked_fill writes them): half "

@@ -1,6 +1,6 @@
 """The GPU side of gate round 2's special values and pointer shift (issue 25): on nvidia the gate draws the
-special-value families and the one-element pointer shift (``probes.VERIFIED_ON``), so the NVIDIA candidates must
-propagate NaN as the oracle does and never fault on an operand one element off a 16-byte boundary.
+special-value families and the one-element pointer shift (``Target.special_values_verified``), so the NVIDIA
+candidates must propagate NaN as the oracle does and never fault on an operand one element off a 16-byte boundary.
 
 A fault (cudaErrorMisalignedAddress) poisons the process's CUDA context, so each misaligned call here is one a
 candidate must survive; the NaN cases are the ones the H200 run found (relu dropping NaN, a bfloat16 NaN input
@@ -13,7 +13,7 @@ import importlib.util
 import numpy as np
 import pytest
 
-from arbiter import probes, targets
+from arbiter import targets
 from arbiter.candidates import REGISTRY, Candidate, Tier
 from arbiter.regions import Matmul
 from arbiter.verify import changed_inputs, pristine_copy, verify
@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.gpu, requires_gpu]
 
 
 def test_the_special_values_and_the_shift_are_drawn_on_nvidia():
-    assert "nvidia" in probes.VERIFIED_ON
+    assert targets.get("nvidia").special_values_verified and not targets.get("rocm").special_values_verified
 
 
 class CupyReluFmax(Candidate):
