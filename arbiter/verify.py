@@ -17,7 +17,7 @@
   (``interior_shapes``);
 * ``REPEATS`` runs of one probe on the same inputs, compared bitwise (``_repeats``);
 * the program's state and context (``_context``): the same arrays updated in place, two calls without
-  ``out=`` with the first result kept (the second on read-only inputs), a worker thread, two concurrent
+  ``out=`` with the first result kept (the second on read-only inputs), a worker thread, four concurrent
   threads, BLAS and torch on one thread; and around every run the thread's floating-point environment
   (``arbiter.fpenv``: flush-to-zero, denormals-are-zero, rounding) unchanged,
 
@@ -1171,12 +1171,12 @@ def _repeats(candidate, params, region, target, draw, labelled, judge, probed, a
 # runs in all, each judged against the float64 oracle. The floating-point environment is checked around every
 # run of the gate (``_run_once``), on every target. The CPU target alone runs these checks for now: on a GPU
 # target (streams per thread, candidates without out= through CuPy's pool) they wait to be run on a device.
-CONTEXT_RUNS = 8
-THREAD_TIMEOUT_S = 120.0  # a call on a worker thread that has not returned by then fails (deadlock)
 # The concurrent-callers probe's callers, meeting just before the candidate runs: with two, a race whose window is
 # one GIL switch (a sleep(0)) was caught in 12 of 15 and 16 of 20 gates on a box loaded by four busy processes;
 # with four callers, in 35 of 35 (2026-12-07, 2 cores; /tmp/race.py of that session).
 CONCURRENT_CALLERS = 4
+CONTEXT_RUNS = 6 + CONCURRENT_CALLERS  # in place 2, without out= 2, a worker thread 1, at 1 thread 1
+THREAD_TIMEOUT_S = 120.0  # a call on a worker thread that has not returned by then fails (deadlock)
 
 
 def _overwrite_tail(region, other) -> None:
@@ -1280,7 +1280,7 @@ def _context(candidate, params, region, target, draw, labelled, judge, probed) -
        after an optimizer step): a result cached by identity, or by a prefix of the values, is stale;
     2. two calls without ``out=``, the first result kept and checked after the second (a pooled output returned
        twice), the second on read-only inputs (an input written and restored);
-    3. a call on a worker thread, then two concurrent calls on different data (a shared scratch buffer);
+    3. a call on a worker thread, then four concurrent calls on different data (a shared scratch buffer);
     4. a call with BLAS and torch limited to one thread (a path taken only there)."""
     dims = repeat_dims(region)
     probe = Probe(dims, probes.BENIGN, False)
@@ -1351,7 +1351,7 @@ def _context(candidate, params, region, target, draw, labelled, judge, probed) -
     reason = judged(run, label, "called from a thread other than the main one")
     if reason:
         return reason
-    label = f"{base} x2 concurrent threads"
+    label = f"{base} x{CONCURRENT_CALLERS} concurrent threads"
     probed.append(label)
     pair = [draw(probe, seed)[0] for seed in (5, 6, 8, 9)[:CONCURRENT_CALLERS]]
     # The two callers meet at a barrier just before the candidate runs, not before the gate's preparation of each

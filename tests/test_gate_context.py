@@ -108,7 +108,7 @@ SCRATCH: dict = {}
 
 class SharedScratch(SoftmaxCtx):
     """A module-level scratch buffer shared by every caller; the GIL is released for 5 ms between writing and
-    reading it (a long NumPy operation does the same). The gate's two concurrent callers meet just before the
+    reading it (a long NumPy operation does the same). The gate's four concurrent callers meet just before the
     candidate runs (``verify._context``), so the window is met however loaded the box: before, they met before the
     gate's own preparation of each call, and on a loaded box the race went unseen (2026-12-07); this kernel then
     waited for a second caller itself."""
@@ -272,7 +272,7 @@ def test_each_context_fault_is_refused_with_its_reason(cls, region, expected):
 def test_the_same_things_done_right_pass(cls, region):
     verdict = verify(cls(), {}, region())
     assert verdict.passed, verdict.reason
-    assert {"on a worker thread", "x2 concurrent threads", "at 1 thread", "updated in place",
+    assert {"on a worker thread", "x4 concurrent threads", "at 1 thread", "updated in place",
             "x2 without out="} <= {p.split(" ", 1)[1] for p in verdict.probes if " " in p}
 
 
