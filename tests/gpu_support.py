@@ -19,6 +19,17 @@ def gpu_available() -> bool:
 requires_gpu = pytest.mark.skipif(not gpu_available(), reason="no NVIDIA GPU with CuPy here")
 
 
+def nvidia_solutions(op: str) -> list:
+    """Every NVIDIA solution (candidate x parameter set) of ``op`` as pytest params ``cand, params`` named
+    ``<candidate><index>``; none without a GPU."""
+    if not gpu_available():
+        return []
+    from arbiter.candidates import REGISTRY
+
+    return [pytest.param(c, p, id=f"{c.name}{i}") for c in REGISTRY.candidates("nvidia", op)
+            for i, p in enumerate(c.param_space())]
+
+
 @functools.lru_cache(maxsize=1)
 def _documented_text() -> str:
     """The source of every candidate module: a documented decline is one whose reason is written there."""

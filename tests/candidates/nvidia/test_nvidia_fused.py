@@ -6,26 +6,18 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from arbiter.candidates import REGISTRY
 from arbiter.ops.add_rmsnorm import AddRMSNorm
 from arbiter.ops.rope import Rope
 from arbiter.regions import Gated
-from gpu_support import check_builtin_solution, gpu_available, requires_gpu
+from gpu_support import check_builtin_solution, nvidia_solutions, requires_gpu
 
 pytestmark = [pytest.mark.gpu, requires_gpu]
 DTYPES = ["float32", "float16"]
 
 
-def _solutions(op):
-    if not gpu_available():
-        return []
-    return [pytest.param(c, p, id=f"{c.name}{i}") for c in REGISTRY.candidates("nvidia", op)
-            for i, p in enumerate(c.param_space())]
-
-
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", [(7, 129), (33, 1000), (3, 4097)], ids=lambda s: "x".join(map(str, s)))
-@pytest.mark.parametrize("cand,params", _solutions("add_rmsnorm"))
+@pytest.mark.parametrize("cand,params", nvidia_solutions("add_rmsnorm"))
 def test_add_rmsnorm_solution_passes_the_gate(cand, params, shape, dtype):
     rows, cols = shape
     check_builtin_solution(cand, params, AddRMSNorm.random("nvidia", dtype, {"rows": rows, "cols": cols},
@@ -34,7 +26,7 @@ def test_add_rmsnorm_solution_passes_the_gate(cand, params, shape, dtype):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", [(3, 17, 64), (8, 33, 128)], ids=lambda s: "x".join(map(str, s)))
-@pytest.mark.parametrize("cand,params", _solutions("rope"))
+@pytest.mark.parametrize("cand,params", nvidia_solutions("rope"))
 def test_rope_solution_passes_the_gate(cand, params, shape, dtype):
     rows, seq, dim = shape
     check_builtin_solution(cand, params, Rope.random("nvidia", dtype, {"rows": rows, "seq": seq, "dim": dim},
@@ -53,7 +45,7 @@ def _halves(k, n, linear):
 
 
 @pytest.mark.parametrize("how", ["apart", "columns", "linear"])
-@pytest.mark.parametrize("cand,params", _solutions("gated"))
+@pytest.mark.parametrize("cand,params", nvidia_solutions("gated"))
 def test_gated_solution_passes_the_gate_on_one_concatenated_weight(cand, params, how):
     import cupy as cp
 

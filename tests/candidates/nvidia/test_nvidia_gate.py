@@ -14,7 +14,7 @@ from arbiter import targets
 from arbiter.candidates import REGISTRY
 from arbiter.regions import Matmul, RMSNorm, Softmax
 from arbiter.verify import verify
-from gpu_support import check_builtin_solution, gpu_available, requires_gpu
+from gpu_support import check_builtin_solution, gpu_available, nvidia_solutions, requires_gpu
 
 pytestmark = [pytest.mark.gpu, requires_gpu]
 
@@ -32,20 +32,13 @@ def _dtypes():
     return ["float32", "float16"] + (["bfloat16"] if bf16 else [])
 
 
-def _solutions(op):
-    if not gpu_available():
-        return []
-    return [pytest.param(c, p, id=f"{c.name}{i}") for c in REGISTRY.candidates("nvidia", op)
-            for i, p in enumerate(c.param_space())]
-
-
 def _check(cand, params, region):
     check_builtin_solution(cand, params, region)
 
 
 @pytest.mark.parametrize("dtype", _dtypes())
 @pytest.mark.parametrize("shape", MATMUL_SHAPES, ids=lambda s: "x".join(map(str, s)))
-@pytest.mark.parametrize("cand,params", _solutions("matmul"))
+@pytest.mark.parametrize("cand,params", nvidia_solutions("matmul"))
 def test_matmul_solution_passes_the_gate(cand, params, shape, dtype):
     m, n, k = shape
     _check(cand, params, Matmul.random("nvidia", dtype, {"m": m, "n": n, "k": k}, rng=np.random.default_rng(7)))
@@ -54,7 +47,7 @@ def test_matmul_solution_passes_the_gate(cand, params, shape, dtype):
 @pytest.mark.parametrize("dtype", _dtypes())
 @pytest.mark.parametrize("attrs", EPILOGUES, ids=lambda a: "+".join(f"{k}" if v == "1" else v for k, v in a.items()))
 @pytest.mark.parametrize("shape", [(37, 29, 53), (65, 1, 300), (3, 40, 1100)], ids=lambda s: "x".join(map(str, s)))
-@pytest.mark.parametrize("cand,params", _solutions("matmul"))
+@pytest.mark.parametrize("cand,params", nvidia_solutions("matmul"))
 def test_matmul_epilogue_passes_the_gate(cand, params, shape, attrs, dtype):
     m, n, k = shape
     _check(cand, params, Matmul.random("nvidia", dtype, {"m": m, "n": n, "k": k}, attrs,
@@ -63,7 +56,7 @@ def test_matmul_epilogue_passes_the_gate(cand, params, shape, attrs, dtype):
 
 @pytest.mark.parametrize("dtype", _dtypes())
 @pytest.mark.parametrize("layout", ["RRS", "CR"])
-@pytest.mark.parametrize("cand,params", _solutions("matmul"))
+@pytest.mark.parametrize("cand,params", nvidia_solutions("matmul"))
 def test_matmul_other_layouts_pass_or_are_refused(cand, params, layout, dtype):
     attrs = {"bias": "1", "activation": "gelu", "residual": "1"}
     _check(cand, params, Matmul.random("nvidia", dtype, {"m": 45, "n": 23, "k": 31}, attrs, layout,
@@ -72,7 +65,7 @@ def test_matmul_other_layouts_pass_or_are_refused(cand, params, layout, dtype):
 
 @pytest.mark.parametrize("dtype", _dtypes())
 @pytest.mark.parametrize("shape", ROW_SHAPES, ids=lambda s: "x".join(map(str, s)))
-@pytest.mark.parametrize("cand,params", _solutions("softmax"))
+@pytest.mark.parametrize("cand,params", nvidia_solutions("softmax"))
 def test_softmax_solution_passes_the_gate(cand, params, shape, dtype):
     rows, cols = shape
     _check(cand, params, Softmax.random("nvidia", dtype, {"rows": rows, "cols": cols},
@@ -80,7 +73,7 @@ def test_softmax_solution_passes_the_gate(cand, params, shape, dtype):
 
 
 @pytest.mark.parametrize("attrs,layout", [({"axis": "inner"}, "R"), ({"axis": "last"}, "S")])
-@pytest.mark.parametrize("cand,params", _solutions("softmax"))
+@pytest.mark.parametrize("cand,params", nvidia_solutions("softmax"))
 def test_softmax_other_axes_and_strides_pass_or_are_refused(cand, params, attrs, layout):
     _check(cand, params, Softmax.random("nvidia", "float32", {"rows": 19, "cols": 300}, attrs, layout,
                                         rng=np.random.default_rng(11)))
@@ -88,7 +81,7 @@ def test_softmax_other_axes_and_strides_pass_or_are_refused(cand, params, attrs,
 
 @pytest.mark.parametrize("dtype", _dtypes())
 @pytest.mark.parametrize("shape", ROW_SHAPES, ids=lambda s: "x".join(map(str, s)))
-@pytest.mark.parametrize("cand,params", _solutions("rmsnorm"))
+@pytest.mark.parametrize("cand,params", nvidia_solutions("rmsnorm"))
 def test_rmsnorm_solution_passes_the_gate(cand, params, shape, dtype):
     rows, cols = shape
     region = RMSNorm.random("nvidia", dtype, {"rows": rows, "cols": cols}, rng=np.random.default_rng(12))

@@ -14,7 +14,7 @@ import pytest
 from arbiter import targets
 from arbiter.candidates import REGISTRY
 from arbiter.regions import FFT, Attention, Gated, LayerNorm, Pointwise
-from gpu_support import check_builtin_solution, gpu_available, requires_gpu
+from gpu_support import check_builtin_solution, gpu_available, nvidia_solutions, requires_gpu
 
 pytestmark = [pytest.mark.gpu, requires_gpu]
 
@@ -41,13 +41,6 @@ def _dtypes():
     return ["float32", "float16"] + (["bfloat16"] if bf16 else [])
 
 
-def _solutions(op):
-    if not gpu_available():
-        return []
-    return [pytest.param(c, p, id=f"{c.name}{i}") for c in REGISTRY.candidates("nvidia", op)
-            for i, p in enumerate(c.param_space())]
-
-
 def _check(cand, params, region):
     check_builtin_solution(cand, params, region)
 
@@ -59,14 +52,14 @@ def _ids(shape):
 @pytest.mark.parametrize("dtype", _dtypes())
 @pytest.mark.parametrize("bias", ["1", "0"])
 @pytest.mark.parametrize("shape", ROW_SHAPES, ids=_ids)
-@pytest.mark.parametrize("cand,params", _solutions("layernorm"))
+@pytest.mark.parametrize("cand,params", nvidia_solutions("layernorm"))
 def test_layernorm_solution_passes_the_gate(cand, params, shape, bias, dtype):
     rows, cols = shape
     _check(cand, params, LayerNorm.random("nvidia", dtype, {"rows": rows, "cols": cols}, {"bias": bias},
                                           rng=np.random.default_rng(20), eps=1e-3))
 
 
-@pytest.mark.parametrize("cand,params", _solutions("layernorm"))
+@pytest.mark.parametrize("cand,params", nvidia_solutions("layernorm"))
 def test_layernorm_strided_rows_pass_or_are_refused(cand, params):
     _check(cand, params, LayerNorm.random("nvidia", "float32", {"rows": 19, "cols": 300}, layout="S",
                                           rng=np.random.default_rng(21)))
@@ -75,7 +68,7 @@ def test_layernorm_strided_rows_pass_or_are_refused(cand, params):
 @pytest.mark.parametrize("dtype", _dtypes())
 @pytest.mark.parametrize("causal", ["0", "1"])
 @pytest.mark.parametrize("shape", ATTN_SHAPES, ids=_ids)
-@pytest.mark.parametrize("cand,params", _solutions("attention"))
+@pytest.mark.parametrize("cand,params", nvidia_solutions("attention"))
 def test_attention_solution_passes_the_gate(cand, params, shape, causal, dtype):
     dims = dict(zip(("batch", "heads", "q", "k", "d"), shape))
     _check(cand, params, Attention.random("nvidia", dtype, dims, {"causal": causal},
@@ -83,7 +76,7 @@ def test_attention_solution_passes_the_gate(cand, params, shape, causal, dtype):
 
 
 @pytest.mark.parametrize("layout", ["SRS", "CCR"])
-@pytest.mark.parametrize("cand,params", _solutions("attention"))
+@pytest.mark.parametrize("cand,params", nvidia_solutions("attention"))
 def test_attention_other_layouts_pass_or_are_refused(cand, params, layout):
     dims = {"batch": 2, "heads": 2, "q": 19, "k": 41, "d": 48}
     _check(cand, params, Attention.random("nvidia", "float32", dims, {"causal": "1"}, layout,
@@ -92,7 +85,7 @@ def test_attention_other_layouts_pass_or_are_refused(cand, params, layout):
 
 @pytest.mark.parametrize("precision", ["single", "double"])
 @pytest.mark.parametrize("case", FFT_CASES, ids=lambda c: f"{c[0]}x{c[1]}-{c[2]}{'-inv' if c[3] else ''}")
-@pytest.mark.parametrize("cand,params", _solutions("fft"))
+@pytest.mark.parametrize("cand,params", nvidia_solutions("fft"))
 def test_fft_solution_passes_the_gate(cand, params, case, precision):
     batch, n, kind, inverse = case
     dtype = "complex64" if precision == "single" else "complex128"  # mapped to float32/64 for r2c
@@ -103,13 +96,13 @@ def test_fft_solution_passes_the_gate(cand, params, case, precision):
 
 @pytest.mark.parametrize("dtype", _dtypes())
 @pytest.mark.parametrize("shape", GATED_SHAPES, ids=_ids)
-@pytest.mark.parametrize("cand,params", _solutions("gated"))
+@pytest.mark.parametrize("cand,params", nvidia_solutions("gated"))
 def test_gated_solution_passes_the_gate(cand, params, shape, dtype):
     m, n, k = shape
     _check(cand, params, Gated.random("nvidia", dtype, {"m": m, "n": n, "k": k}, rng=np.random.default_rng(25)))
 
 
-@pytest.mark.parametrize("cand,params", _solutions("gated"))
+@pytest.mark.parametrize("cand,params", nvidia_solutions("gated"))
 def test_gated_strided_operands_pass_or_are_refused(cand, params):
     _check(cand, params, Gated.random("nvidia", "float32", {"m": 21, "n": 35, "k": 50}, layout="SRC",
                                       rng=np.random.default_rng(26)))
@@ -118,13 +111,13 @@ def test_gated_strided_operands_pass_or_are_refused(cand, params):
 @pytest.mark.parametrize("dtype", _dtypes())
 @pytest.mark.parametrize("size", POINTWISE_SIZES)
 @pytest.mark.parametrize("chain", CHAINS)
-@pytest.mark.parametrize("cand,params", _solutions("pointwise"))
+@pytest.mark.parametrize("cand,params", nvidia_solutions("pointwise"))
 def test_pointwise_solution_passes_the_gate(cand, params, chain, size, dtype):
     _check(cand, params, Pointwise.random("nvidia", dtype, {"size": size}, {"chain": chain},
                                           rng=np.random.default_rng(27)))
 
 
-@pytest.mark.parametrize("cand,params", _solutions("pointwise"))
+@pytest.mark.parametrize("cand,params", nvidia_solutions("pointwise"))
 def test_pointwise_misaligned_and_strided_pass_or_are_refused(cand, params):
     cp = pytest.importorskip("cupy")
     rng = np.random.default_rng(28)
