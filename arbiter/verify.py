@@ -1242,14 +1242,13 @@ def may_share(a, b) -> bool:
 
 
 def _in_threads(calls) -> list:
-    """Each of ``calls`` on its own worker thread, started together; their results in order (a call that
-    raised or did not return within THREAD_TIMEOUT_S gives its reason as a string)."""
-    barrier = threading.Barrier(len(calls))
+    """Each of ``calls`` on its own worker thread; their results in order (a call that raised or did not return
+    within THREAD_TIMEOUT_S gives its reason as a string). Calls that must overlap meet at their own barrier, just
+    before the candidate runs (``_run_once``'s ``start``)."""
     results: list = [None] * len(calls)
 
     def work(i, call):
         try:
-            barrier.wait(timeout=THREAD_TIMEOUT_S)
             results[i] = call()
         except Exception as exc:  # the gate's own trouble on the thread (the calls catch the candidate's)
             results[i] = f"raised {type(exc).__name__}: {exc} on a worker thread"
@@ -1353,17 +1352,17 @@ def _context(candidate, params, region, target, draw, labelled, judge, probed) -
         return reason
     label = f"{base} x{CONCURRENT_CALLERS} concurrent threads"
     probed.append(label)
-    pair = [draw(probe, seed)[0] for seed in (5, 6, 8, 9)[:CONCURRENT_CALLERS]]
-    # The two callers meet at a barrier just before the candidate runs, not before the gate's preparation of each
-    # call (its output, the inputs' copies): a loaded box let one caller finish before the other began, and a race
-    # with a window of a few milliseconds went unseen (a clean-clone test run beside another, 2026-12-07).
-    meet = threading.Barrier(len(pair))
+    callers = [draw(probe, seed)[0] for seed in (5, 6, 8, 9)[:CONCURRENT_CALLERS]]
+    # The callers meet at a barrier just before the candidate runs, not before the gate's preparation of each call
+    # (its output, the inputs' copies): a loaded box let one caller finish before the other began, and a race with
+    # a window of a few milliseconds went unseen (a clean-clone test run beside another, 2026-12-07).
+    meet = threading.Barrier(len(callers))
 
     def together(fresh):
         return _run_once(candidate, params, fresh, target, label, False, [], True,
                          start=lambda: meet.wait(timeout=THREAD_TIMEOUT_S))
 
-    for run in _in_threads([functools.partial(together, fresh) for fresh in pair]):
+    for run in _in_threads([functools.partial(together, fresh) for fresh in callers]):
         reason = judged(run, label, "two calls at once on different data: state shared between callers")
         if reason:
             return reason
