@@ -196,11 +196,12 @@ def numba_threads(n: int | None):
         numba.set_num_threads(before)
 
 
-def busy(target: str) -> str | None:
+def busy(host_cores: bool) -> str | None:
     """A warning when other processes already keep the CPU's cores busy (1-minute load average above
-    the core count), else None. Timing then measures the contention too: every parallel kernel (numba's
+    the core count), else None; ``host_cores``: the target computes on them (``Target.host_cores``). Timing
+    then measures the contention too: every parallel kernel (numba's
     or OpenBLAS's) waits whenever one of its threads is descheduled, so margins may not repeat."""
-    if target != "cpu" or not hasattr(os, "getloadavg"):
+    if not host_cores or not hasattr(os, "getloadavg"):
         return None
     load, cores = os.getloadavg()[0], os.cpu_count() or 1
     if load <= cores:

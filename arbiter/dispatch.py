@@ -39,10 +39,11 @@ import threading
 
 from arbiter import audit as _audit
 from arbiter import regions, select, targets
+from arbiter import request as _request
 from arbiter import timing_audit as _timing_audit
 from arbiter.candidates import REGISTRY, Fallback, run_for_torch
-from arbiter.decide import DISABLED, POLICIES, decide, decide_and_store, set_tune_seconds, timing_mode
-from arbiter.decide import MissPolicy as MissPolicy  # (defined with the rules it names; imported from here before)
+from arbiter.decide import DISABLED, POLICIES, decide, miss, set_tune_seconds, timing_mode
+from arbiter.decide import MissPolicy as MissPolicy  # (defined with the requests; imported from here before)
 from arbiter.errors import CaptureMissError, RegionError, UnwritableRegistry
 from arbiter.ops import op_kind
 from arbiter.region_memo import builder_for, operand_signature
@@ -388,13 +389,13 @@ def _prepare_capture(route: Route, region, decision=None) -> None:
 
         # ARBITER_DISABLE's routes keep their verdicts in memory: the registry is not opened for them either.
         st = _state.scratch if route.chosen_by == ChosenBy.DISABLED and _state.scratch is not None else store()
+        disabled = route.chosen_by == ChosenBy.DISABLED  # its counts are never flushed either
         try:
-            found = select.decide(region, st, gate_all=False, capturable_only=True)
+            found = decide(region, _request.capture_standin(disabled), st)
         except NoCandidateError:
             return
         _state.verified += found.verified_now
-        disabled = route.chosen_by == ChosenBy.DISABLED  # its counts are never flushed either
-        pick, chosen_by, env = found.winner, ChosenBy.DISABLED if disabled else ChosenBy.TIER, found.env
+        pick, chosen_by, env = found.winner, found.chosen_by, found.env
     # Listed by stats() from its first call under capture (``_capture_route``), not before: a stand-in that
     # never serves is no route of this process. An existing route (another caller's winner) is reused as is.
     solution = Solution(pick.candidate.name, pick.params)
@@ -487,9 +488,9 @@ def _miss(region, policy):
         policy, st = DISABLED, _state.scratch
     else:
         st = store()
-    for_capture = _state.for_capture > 0
+    request = miss(policy, capture=_state.for_capture > 0)
     try:
-        decision = decide(region, policy, st, for_capture=for_capture)
+        decision = decide(region, request, st)
     except UnwritableRegistry as exc:  # its disk filled up (or it became read-only) since it was opened
         from arbiter.store.layered import serve_from_memory  # SQLAlchemy: only once a registry refused a write
 
@@ -498,7 +499,7 @@ def _miss(region, policy):
             if fallback is None:
                 raise
             _use_store(fallback)
-        decision = decide(region, policy, fallback, for_capture=for_capture)
+        decision = decide(region, request, fallback)
     _state.verified += decision.verified_now
     w = decision.winner
     route = _install(region.key, w.candidate, w.params, decision.chosen_by, decision.env, decision.counter,
@@ -532,8 +533,7 @@ def arbitrate(op: str, region, force: str | None = None):
     """
     if op != region.op:
         raise RegionError("op", f"{op!r} does not match the region's op {region.op!r}")
-    st = store()
-    decision = decide_and_store(region, st, force=force, gate_all=True)
+    decision = decide(region, _request.arbitrate(force), store())
     _state.verified += decision.verified_now
     w = decision.winner
     _install(region.key, w.candidate, w.params, decision.chosen_by, decision.env, None, region,

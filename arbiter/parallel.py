@@ -48,11 +48,11 @@ def _worker(wid, device, target, tasks, results, mode, isolate, budget_s, timing
         return
     if device is not None and visible is not None:
         os.environ[visible] = str(device)  # before any GPU library is imported in this process
-    from arbiter import dispatch
+    from arbiter import dispatch, request
     from arbiter import env as envmod
+    from arbiter.decide import decide
     from arbiter.isolate import Isolated
     from arbiter.store import default_store
-    from arbiter.tune import tune_region
 
     try:
         store = default_store()
@@ -71,8 +71,8 @@ def _worker(wid, device, target, tasks, results, mode, isolate, budget_s, timing
         results.put(("start", wid, index, None))
         try:
             region = problem.region(target, seed=seed)
-            decision = tune_region(region, store, mode=mode, budget_s=budget_s, runner=runner,
-                                   timing_lock=timing_lock)
+            decision = decide(region, request.tune(mode=mode, budget_s=budget_s, runner=runner,
+                                                   timing_lock=timing_lock), store)
             w = decision.winner
             results.put(("done", wid, index, {"key": region.key.id, "winner": w.label,
                                               "policy": str(decision.chosen_by), "margin": decision.margin,

@@ -1,6 +1,6 @@
 """Selection: filter, gate, choose.
 
-``decide(region)`` walks every candidate registered for the region's (target, op):
+``choose(region, store, request, env)`` walks every candidate registered for the region's (target, op):
 ``available()``, then ``applies_to(region)`` (each exclusion keeps its reason),
 then the F4 gate; and chooses by tier priority, by a measured winner handed in
 by the tuner, or by name when forced. The ``Decision`` it returns is what
@@ -12,11 +12,11 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from arbiter import env as envmod
 from arbiter.candidates import REGISTRY, Candidate
 from arbiter.errors import NoCandidateError
 from arbiter.keys import ProblemKey
 from arbiter.oracles.budgets import budget_for
+from arbiter.request import Request
 from arbiter.solution import ChosenBy, Solution, TextEnum
 from arbiter.store import Verdict
 from arbiter.verify import budget_of, consents_to_looser, verdict_for
@@ -167,28 +167,30 @@ def breadth_first(rows: list[Row]) -> list[Row]:
     return [g[i] for i in range(rounds) for g in groups.values() if i < len(g)]
 
 
-def decide(region, store, *, force: str | None = None, prefer: list[Solution] | None = None,
-           gate_all: bool = True, all_params: bool = False, verifier=None,
-           capturable_only: bool = False, gate_until: float | None = None) -> Decision:
-    """Choose a solution for ``region``'s key.
+def choose(region, store, request: Request, env, *, prefer: list[Solution] | None = None, verifier=None,
+           gate_until: float | None = None, known: Row | None = None) -> Decision:
+    """Choose a solution for ``region``'s key as ``request`` asks (``arbiter.decide.decide`` and the tuner are the
+    callers; nothing is stored here), under the environment ``env`` its caller resolved.
 
-    ``force``: the candidate name to use (it must still pass the gate).
+    What is asked comes from ``request``: ``force`` (the candidate to use; it must still pass the gate),
+    ``explain`` (verify every applicable row; otherwise stop at the first pass), ``all_params`` (a row per
+    parameter set), ``capturable_only`` (only candidates that can be recorded into a CUDA graph,
+    ``Candidate.capturable``). What the caller found on the way:
     ``prefer``: solutions to try first (the bucket ladder's hint), before tier order.
-    ``gate_all``: verify every applicable row (for ``explain``); otherwise stop at the first pass.
-    ``all_params``: a row per parameter set (tuning); otherwise each candidate's default only.
     ``verifier``: replaces ``verify.verify`` for verdicts not yet stored (crash isolation).
-    ``capturable_only``: only candidates that can be recorded into a CUDA graph (``Candidate.capturable``).
     ``gate_until``: a ``time.monotonic()`` deadline (a tuning budget): once it has passed and two solutions have
     passed the gate (a winner and a rival to time it against), the rest stay unchecked (``UNTRIED``). The rows
     are then gated breadth first (``breadth_first``), so a short budget reaches every candidate's default before
     any candidate's other parameter sets.
+    ``known``: a row gated already on this miss (the stored winner, ``decide._stored``): its verdict is reused,
+    so a stored winner is gated once per miss.
     Raises NoCandidateError (listing every row and its reason) when nothing passes.
     """
-    env = envmod.environment(region.target)
+    gate_all, force, capturable_only = request.explain, request.force, request.capturable_only
     # Each row is screened when reached (``_screen_into``): a tier miss stops at its first pass, and screening a
     # row beyond it would cost its library's import for nothing (torch's candidates: 1.3 s, when NumPy's won).
-    rows = (screen(region, all_params, capturable_only) if gate_all
-            else [Row(cand, params) for cand, params in _solutions(region, all_params)])
+    rows = (screen(region, request.all_params, capturable_only) if gate_all
+            else [Row(cand, params) for cand, params in _solutions(region, request.all_params)])
     order = [r for r in rows if r.status == Status.PENDING]
     if force is not None:
         if not any(r.candidate.name == force for r in rows):
@@ -219,7 +221,10 @@ def decide(region, store, *, force: str | None = None, prefer: list[Solution] | 
             continue
         if not gate_all and not _screen_into(row, region, capturable_only):
             continue
-        verified += gate(row, region, store, env, verifier)
+        if known is not None and known.candidate is row.candidate and known.params == row.params:
+            row.verdict, row.status, row.reason = known.verdict, known.status, known.reason  # gated on this miss
+        else:
+            verified += gate(row, region, store, env, verifier)
         if row.status == Status.PASSED:
             passes += 1
             if winner is None:

@@ -23,8 +23,10 @@ import time
 
 import numpy as np
 
+from arbiter import env as envmod
 from arbiter import select, targets
 from arbiter.errors import NoCandidateError
+from arbiter.request import Request
 from arbiter.select import Status
 from arbiter.solution import ChosenBy, Solution, TimingMode
 from arbiter.store import MeasurementRecord, SolutionRecord, Verdict, VerdictKey
@@ -53,6 +55,11 @@ TAIL_ALPHA = 0.01
 TAIL_RESAMPLES = 2000
 
 
+# What the tuner asks of selection: every solution of every parameter set gated (the request's tuning fields are
+# the tuner's own arguments).
+_EVERY_SOLUTION = Request(explain=True, all_params=True)
+
+
 def _record(row, m, dims) -> MeasurementRecord:
     return MeasurementRecord(row.candidate.name, row.params, m.mode, m.median_s, m.p20_s, m.p80_s, m.spread,
                              m.reps, m.warmup_s, m.screened, dict(dims))
@@ -67,7 +74,7 @@ def separated(fast, slow) -> tuple[bool, float]:
 class InProcess:
     """Verify and time in this process (the default runner)."""
 
-    verify = None  # select.decide then uses arbiter.verify.verify
+    verify = None  # select.choose then uses arbiter.verify.verify
 
     @staticmethod
     def measure(candidate, params, region, **kwargs):
@@ -91,7 +98,7 @@ def _crashed_while_timing(row, region, store, env, reason: str) -> None:
 
 
 def tune_region(region, store, *, mode: str = TimingMode.DEVICE, budget_s: float | None = None, progress=None,
-                runner=None, timing_lock=None, gate_s: float | None = None):
+                runner=None, timing_lock=None, gate_s: float | None = None, env=None, target=None):
     """Gate and time every solution for ``region``'s key; persist and return the ``Decision``.
 
     ``budget_s`` caps the timing of the whole key (split evenly over the solutions that passed).
@@ -104,22 +111,26 @@ def tune_region(region, store, *, mode: str = TimingMode.DEVICE, budget_s: float
     for a child process per solution, so a crashing or hanging candidate only fails itself).
     ``timing_lock``: held while timing (not while verifying), so workers sharing one device never time
     at the same time (``arbiter.parallel`` passes one for CPU workers).
+    ``env``, ``target``: the environment key and the ``Target`` its caller resolved (``arbiter.decide.decide``
+    resolves them once per key); looked up here when not given (a benchmark or a test calling this directly).
+    Inside ``arbiter`` the way in is ``decide.decide(region, request.tune(...), store)``.
     """
     runner = runner or InProcess()
+    target = target or targets.get(region.target)
+    env = env or envmod.environment(region.target)
     # One commit for the key: its verdicts, measurements and solution, or nothing. Committed apart, a process
     # killed between them left measurements without a solution, a key later runs skip as "tuned already"
     # and `doctor` calls healthy (issue 20 item 5).
     nothing_passed = None
     with store.transaction():
         try:
-            decision = select.decide(region, store, gate_all=True, all_params=True, verifier=runner.verify,
+            decision = select.choose(region, store, _EVERY_SOLUTION, env, verifier=runner.verify,
                                      gate_until=None if gate_s is None else time.monotonic() + gate_s)
         except NoCandidateError as exc:  # every verdict failed: they are still worth keeping
             nothing_passed = exc
         else:
             cap = 1.0 if budget_s is None else max(0.05, budget_s / max(1, sum(r.status == Status.PASSED
                                                                                for r in decision.rows)))
-            target = targets.get(region.target)
             modes = [mode] if target.host_clock else list(TimingMode)  # GPUs: device, latency, stream
             # Time the tier default first, so early screening has a baseline from the start.
             order = distinct_launches([decision.winner] + [r for r in decision.rows
@@ -129,11 +140,11 @@ def tune_region(region, store, *, mode: str = TimingMode.DEVICE, budget_s: float
             if phase is not None:
                 phase("timing", len(order))
             with timing_lock or contextlib.nullcontext():
-                records = _time_rows(order, region, store, decision.env, runner, mode, cap, modes, progress)
+                records = _time_rows(order, region, store, decision.env, runner, mode, cap, modes, progress, target)
                 if phase is not None:
                     phase("deciding (paired rounds)" if target.host_cores else "deciding", None)
                 retime = functools.partial(_retime, region=region, runner=runner, mode=mode, cap=cap,
-                                           records=records)
+                                           records=records, host_clock=target.host_clock)
                 pair = (functools.partial(_decide_paired, region=region, runner=runner, cap=cap, records=records)
                         if target.host_cores and hasattr(runner, "interleave") else None)
                 try:
@@ -176,10 +187,9 @@ def _measure(runner, row, region, **kwargs):
         return f"raised {type(exc).__name__}: {exc}"
 
 
-def _time_rows(order, region, store, env, runner, mode, cap, modes, progress) -> list[MeasurementRecord]:
+def _time_rows(order, region, store, env, runner, mode, cap, modes, progress, target) -> list[MeasurementRecord]:
     """Time each row (screening against the best so far); rows that crash are failed persistently."""
     records, best = [], None
-    target = targets.get(region.target)
     for row in order:
         m = _measure(runner, row, region, mode=mode, time_cap_s=cap, best_so_far=best)
         if not isinstance(m, Measurement):
@@ -330,7 +340,7 @@ def _alone(rows) -> str:
     return "no other solution to time: " + (", ".join(why) if why else "it is the only one registered")
 
 
-def _retime(rows, *, region, runner, mode, cap, records) -> None:
+def _retime(rows, *, region, runner, mode, cap, records, host_clock: bool) -> None:
     """Time ``rows`` again in this order, without screening (each warmed up first, never after a sleep); replace
     their records."""
     for row in rows:
@@ -338,7 +348,7 @@ def _retime(rows, *, region, runner, mode, cap, records) -> None:
         if not isinstance(m, Measurement):
             continue  # it ran before; a crash now keeps the first timing (the gate verdict stands)
         row.timing = m
-        modes = (mode, TimingMode.LATENCY) if targets.get(region.target).host_clock else (mode,)
+        modes = (mode, TimingMode.LATENCY) if host_clock else (mode,)
         records[:] = [r for r in records if not (r.solution == row.solution and r.mode in modes)]
         records.extend(_record(row, Measurement(**{**m.__dict__, "mode": each}), region.dims) for each in modes)
 
@@ -367,8 +377,6 @@ def _decide_by_time(decision, order, records, region, store, retime=None, pair=N
     ``pair`` decides on paired rounds, ``_decide_paired``); persist measurements and the solution."""
     passed = [r for r in decision.rows if r.status == Status.PASSED and r.timing is not None]
     if not passed:
-        from arbiter.errors import NoCandidateError
-
         raise NoCandidateError(region.key, decision.rows)
     default = next(r for r in order if any(r is p for p in passed))  # the tier default (or the next standing)
     fastest, rival = _rank(passed, default)

@@ -9,10 +9,11 @@ import pytest
 from typer.testing import CliRunner
 
 import arbiter
-from arbiter import Candidate, Tier, audit, dispatch, select
+from arbiter import Candidate, Tier, audit, dispatch, request, select
 from arbiter import env as envmod
 from arbiter.candidates import REGISTRY
 from arbiter.cli import app
+from arbiter.decide import decide
 from arbiter.regions import Softmax
 from arbiter.report import collect, render
 from arbiter.solution import Solution
@@ -89,7 +90,7 @@ def test_a_candidate_wrong_only_on_the_callers_data_is_demoted(only_candidates, 
     assert dispatch.route(region.key).label == "numpy_softmax"
     np.testing.assert_allclose(second, _softmax(region.x.astype(np.float64)), rtol=1e-5)
     # explain's decision shows the failed verdict
-    rows = {r.label: r for r in select.decide(region, st, gate_all=True).rows}
+    rows = {r.label: r for r in decide(region, request.explain(), st).rows}
     assert rows["quantized_fast_path"].status == select.Status.FAILED
     assert rows["quantized_fast_path"].reason.startswith(audit.AUDIT_PREFIX)
 

@@ -172,7 +172,7 @@ def test_tuning_on_a_busy_machine_says_so(tmp_path):
     """`arbiter tune` warns when the load average exceeds the cores (this box is shared: often so)."""
     from arbiter.cpu_threads import busy
 
-    assert busy("nvidia") is None
+    assert busy(host_cores=False) is None  # a GPU target: the host load is not its timing's concern
     load = os.getloadavg()[0]
     out = subprocess.run([sys.executable, "-m", "arbiter", "--db", str(tmp_path / "r.db"), "tune", "--op", "softmax",
                           "--shape", "8x64"], capture_output=True, text=True, timeout=300, cwd=tmp_path)

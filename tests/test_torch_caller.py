@@ -4,8 +4,10 @@ caller's route for the same key."""
 import numpy as np
 
 import arbiter
-from arbiter import Candidate, Tier, dispatch, select
+from arbiter import Candidate, Tier, dispatch
+from arbiter.decide import decide
 from arbiter.regions import Softmax
+from arbiter.request import Persist, Request
 
 
 class _Softmax(Candidate):
@@ -33,8 +35,9 @@ def _regions():
 def test_a_torch_callers_tier_default_prefers_a_solution_without_conversions(only_candidates):
     only_candidates("cpu", "softmax", _Softmax("converts", 10, False), _Softmax("native", 5, True))
     plain, torch_caller = _regions()
-    assert select.decide(plain, dispatch.store(), gate_all=False).winner.candidate.name == "converts"
-    assert select.decide(torch_caller, dispatch.store(), gate_all=False).winner.candidate.name == "native"
+    tier_now = Request(stored=False, persist=Persist.NONE)
+    assert decide(plain, tier_now, dispatch.store()).winner.candidate.name == "converts"
+    assert decide(torch_caller, tier_now, dispatch.store()).winner.candidate.name == "native"
 
 
 def test_torch_and_other_callers_of_one_key_keep_their_own_routes(only_candidates):

@@ -10,19 +10,19 @@ import typer
 from rich.table import Table
 
 import arbiter
-from arbiter import cpu_threads, dispatch, select
+from arbiter import cpu_threads, dispatch, request, select, targets
 from arbiter import env as envmod
 from arbiter.candidates import REGISTRY
 from arbiter.cli.common import app, friendly, lit, open_for_writing
 from arbiter.cli.common import console as make_console
 from arbiter.cli.output import Steps, ratio_text, show
 from arbiter.cli.progress import key_bar
+from arbiter.decide import decide
 from arbiter.errors import NoCandidateError
 from arbiter.select import Status
 from arbiter.solution import ChosenBy, Solution, TimingMode
 from arbiter.store import VerdictKey
 from arbiter.suite import suite as get_suite
-from arbiter.tune import tune_region
 
 RUN_HELP = """Arbitrate a built-in suite and dispatch it through run_arbitrated.
 
@@ -111,7 +111,7 @@ def _one_key(console, steps, bar, i, total, problem, region, policy, missing, de
         if tuning:
             steps.say(f"key {i}/{total} {problem.label}: gating and timing")
             try:
-                decision = tune_region(region, st, progress=advance)
+                decision = decide(region, request.tune(mode=TimingMode.DEVICE, progress=advance), st)
             except NoCandidateError as exc:
                 console.print(lit(str(exc), "red"))
                 return None
@@ -164,7 +164,7 @@ def run(
                           f"  {_fill_command(suite, target)}"), highlight=False)
         raise typer.Exit(2)
 
-    if policy == "tune" and missing and (warning := cpu_threads.busy(target)):
+    if policy == "tune" and missing and (warning := cpu_threads.busy(targets.get(target).host_cores)):
         console.print(lit(f"warning: {warning}", "yellow"), highlight=False)
     verdicts, timed, decided, rows = 0, 0, set[str](), list[dict]()
     table = Table(title=lit(f"decisions: suite {suite!r} on {target}, policy {policy}"), title_justify="left")

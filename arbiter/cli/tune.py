@@ -7,12 +7,13 @@ import numpy as np
 import typer
 from rich.table import Table
 
-from arbiter import dispatch, select
+from arbiter import dispatch, request
 from arbiter.candidates import REGISTRY
 from arbiter.cli.common import app, friendly, lit, open_for_writing, require_target
 from arbiter.cli.common import console as make_console
 from arbiter.cli.output import Steps, ratio_text, show
 from arbiter.cli.tune_run import TuneRun, execute, parse_devices, plan, show_plan
+from arbiter.decide import decide
 from arbiter.errors import NoCandidateError, unknown
 from arbiter.keys import ProblemKey
 from arbiter.ops import OPS, op_kind
@@ -300,7 +301,7 @@ def explain(
         region, label = problem.region(target), problem.label
     st = dispatch.store()
     try:
-        decision = select.decide(region, st, gate_all=True, all_params=True)
+        decision = decide(region, request.explain(), st)
     except NoCandidateError as exc:
         console.print(lit(exc, "red"))
         raise typer.Exit(1) from None

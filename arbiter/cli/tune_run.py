@@ -16,18 +16,19 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from arbiter import cpu_threads, dispatch
+from arbiter import cpu_threads, dispatch, request, targets
 from arbiter import env as envmod
 from arbiter.candidates import REGISTRY
 from arbiter.cli.common import error, lit
 from arbiter.cli.output import Steps, show
 from arbiter.cli.progress import KeyBar, key_bar
+from arbiter.decide import decide
 from arbiter.errors import NoCandidateError, WorkersDied
 from arbiter.keys import ProblemKey
 from arbiter.solution import Solution
 from arbiter.store import inventory
 from arbiter.suite import Problem
-from arbiter.tune import budget_clock, tune_region
+from arbiter.tune import budget_clock
 
 
 @dataclass(frozen=True)
@@ -187,7 +188,7 @@ class _Keys:
     def __init__(self, run: TuneRun, planned: Plan, out):
         self.run, self.planned, self.out = run, planned, out
         inner = None
-        if planned.todo and (warning := cpu_threads.busy(run.target)):
+        if planned.todo and (warning := cpu_threads.busy(targets.get(run.target).host_cores)):
             out.console.print(lit(f"warning: {warning}", "yellow"), highlight=False)
         if run.isolate:
             from arbiter.isolate import Isolated
@@ -205,8 +206,8 @@ class _Keys:
         started = time.perf_counter()
         try:
             with bar.key(problem.label, n) as advance:
-                decision = tune_region(region, self.planned.store, mode=self.run.mode, runner=self.runner,
-                                       progress=advance)
+                decision = decide(region, request.tune(mode=self.run.mode, runner=self.runner, progress=advance),
+                                  self.planned.store)
         except NoCandidateError as exc:
             out.steps.say(f"{label}: no solution passed the gate")
             out.console.print(lit(exc, "red"))
