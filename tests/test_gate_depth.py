@@ -238,6 +238,24 @@ def test_running_every_builtin_leaves_its_identity_unchanged(target):
     assert {(c.op, c.name): c.identity() for c in cands} == before
 
 
+def test_one_gate_per_builtin_leaves_its_identity_unchanged():
+    """The short version of the test above (that one is ``heavy``: every parameter set on the whole quick suite,
+    about a minute): each CPU built-in's default gated on the quick suite's first problem of its op."""
+    from arbiter.suite import suite
+
+    cands = [c for c in REGISTRY.all() if c.target == "cpu"]
+    before = {(c.op, c.name): c.identity() for c in cands}
+    first: dict = {}
+    for i, problem in enumerate(suite("quick")):
+        first.setdefault(problem.op, (i, problem))
+    for i, problem in first.values():
+        region = problem.region("cpu", seed=i)
+        for cand in REGISTRY.candidates(target="cpu", op=region.op):
+            if cand.available() is True and cand.applies_to(region) is True:
+                verify(cand, cand.param_space()[0], region)
+    assert {(c.op, c.name): c.identity() for c in cands} == before
+
+
 def test_project_version_comes_from_package_metadata():
     from importlib import metadata
 
