@@ -54,8 +54,6 @@ from arbiter.keys import shared_pairs
 DEFAULT_RANK = {"a": 2, "b": 2, "bias": 1, "residual": 2, "x": 2, "weight": 1, "q": 4, "k": 4, "v": 4,
                 "w_gate": 2, "w_up": 2}
 # (op, operand) pairs that ``out=`` may be exactly (see the module docstring).
-LEGAL_INPLACE = {"matmul": ("residual",), "softmax": ("x",), "rmsnorm": ("x",), "layernorm": ("x",),
-                 "pointwise": ("x", "ops[")}
 LAYOUTS_ATTR, INPLACE_ATTR, SHARES_ATTR = "layouts", "inplace", "shares"
 
 
@@ -180,8 +178,9 @@ def _extent(array) -> tuple[int, int]:
     return ptr + lo, ptr + hi + _itemsize(array)
 
 
-def _legal(op: str, name: str) -> bool:
-    return any(name == p or (p.endswith("[") and name.startswith(p)) for p in LEGAL_INPLACE.get(op, ()))
+def _legal(region, name: str) -> bool:
+    """Whether ``out=`` may be exactly the operand ``name`` (the region type's ``INPLACE``)."""
+    return any(name == p or (p.endswith("[") and name.startswith(p)) for p in type(region).INPLACE)
 
 
 def aliased_operands(region) -> list[str]:
@@ -203,11 +202,11 @@ def aliased_operands(region) -> list[str]:
                 continue
         o_sig = (_pointer(out), tuple(out.shape), _strides(out))
         exact = (_pointer(array), tuple(array.shape), _strides(array)) == o_sig
-        if exact and _legal(region.op, name):
+        if exact and _legal(region, name):
             found.append(name)
             continue
         allowed = " or ".join(f"out={p}" if not p.endswith("[") else "out= a tensor operand of the chain"
-                              for p in LEGAL_INPLACE.get(region.op, ())) or "none"
+                              for p in type(region).INPLACE) or "none"
         what = "is the same array as" if exact else "overlaps"
         raise RegionError("out", f"{what} input {name!r}; {region.op} writes its output while it still reads "
                                  f"that input, so the result would be wrong. In-place use allowed for "

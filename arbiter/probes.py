@@ -153,26 +153,8 @@ def markdown() -> str:
              "",
              "| op | NaN / Inf inputs | masked (-inf) entries | other |",
              "| --- | --- | --- | --- |",
-             "| softmax | a NaN or +Inf in a row makes the whole row NaN (x - max is NaN there) | -inf entries get 0; "
-             "a leading, trailing or all-but-one masked block is an ordinary row; a fully masked row is NaN in "
-             "every element (0/0: the row has no distribution; NumPy's and torch.softmax's answer) | rows with zero "
-             "first and last elements; finfo.min additive masks (`masked_fill(mask, finfo.min)`) are finite "
-             "logits: masked entries get 0 (exp underflows) and a fully padded row is uniform, 1/cols, not NaN |",
-             "| rmsnorm | a NaN makes its row NaN; an Inf row is 0 at finite elements and NaN at the Inf (x / inf), "
-             "or NaN in every element (rules 6: a row the oracle makes NaN anywhere may be NaN throughout; torch's "
-             "CUDA rms_norm fills it, and the row is non-finite either way) | - | rows with zero first and last "
-             "elements |",
-             "| layernorm | a NaN or Inf makes its row NaN | - | rows with zero first and last elements; a row "
-             "exactly constant at any value (131.325, not only small integers) is exactly the bias (0 without one): "
-             "its variance is 0, so a mean that misses the value is magnified by 1/sqrt(eps) |",
-             "| pointwise | elementwise IEEE semantics step by step; `relu`, `max`, `min` propagate NaN (NumPy's "
-             "maximum, not fmax) | - | magnitudes up to half the dtype's largest value; subnormal inputs (flush to "
-             "zero fails) |",
-             "| matmul | NaN and +Inf bias columns and Inf/NaN residual elements pass through the activation "
-             "elementwise; a NaN row of `a` (under an activation) makes its output row NaN. NaN/Inf in `a`/`b` of a "
-             "plain product are not probed: fast algorithms (Strassen) spread them to other outputs | - | subnormal "
-             "`a` with unit `b` (subnormal outputs) |",
-             "| gated | a NaN row of `x` makes its output row NaN | - | - |",
+             # each op kind's own row (``OpKind.special_values``, in its folder)
+             *(f"| {name} | {' | '.join(kind.special_values)} |" for name, kind in OPS.items() if kind.special_values),
              "",
              "Flush-to-zero is not allowed under the default contract: a kernel that flushes fails the `subnormal`",
              "family (a looser declared budget is the way to serve it, with the caller's consent).",

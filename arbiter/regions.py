@@ -80,6 +80,10 @@ class Region(metaclass=Memoized):
     # The rank an op kind's own region draws each operand at, where it is not ``layouts.DEFAULT_RANK``'s (an
     # operand at its rank, row-major, is left out of the key)
     OPERAND_RANKS: ClassVar[dict[str, int]] = {}
+    # The operands ``out=`` may be exactly (legal in-place use: the kernel reads each element before it writes
+    # it); "ops[" stands for any tensor operand of a pointwise chain. Any other overlap is refused
+    # (``layouts.aliased_operands``).
+    INPLACE: ClassVar[tuple[str, ...]] = ()
 
     # torch_in: a torch caller's CUDA tensors by argument name (None unless the first operand is a torch
     # CUDA tensor), so torch candidates run on them directly and outputs come from torch's caching allocator;
@@ -460,6 +464,8 @@ class Matmul(Region):
     ``gelu_tanh`` (tanh approximation), ``silu``.
     """
 
+    INPLACE: ClassVar[tuple[str, ...]] = ("residual",)
+
     op = "matmul"
     ATTRS = ("activation", "bias", "residual")
     DIMS = ("m", "n", "k")
@@ -596,6 +602,8 @@ class RowRegion(Region):
 class Softmax(RowRegion):
     """``out = exp(x - max) / sum(exp(x - max))`` along ``axis``."""
 
+    INPLACE: ClassVar[tuple[str, ...]] = ("x",)
+
     op = "softmax"
     ATTRS = ("axis",)
     __slots__ = ()
@@ -629,6 +637,8 @@ class RMSNorm(RowRegion):
 
     ``eps`` is a runtime scalar, not part of the problem key: it changes no kernel's structure.
     """
+
+    INPLACE: ClassVar[tuple[str, ...]] = ("x",)
 
     op = "rmsnorm"
     __slots__ = ("weight", "eps")
@@ -685,6 +695,8 @@ class LayerNorm(RowRegion):
     ``weight`` and ``bias`` are ``[cols]``; ``bias`` may be None (attribute ``bias=0``).
     ``eps`` is a runtime scalar, not part of the problem key.
     """
+
+    INPLACE: ClassVar[tuple[str, ...]] = ("x",)
 
     op = "layernorm"
     ATTRS = ("bias",)
@@ -997,6 +1009,8 @@ class Pointwise(Region):
     The chain's structure (``mul[t]>add[s]>relu>tanh``: t a tensor, s a scalar) is part of the
     problem key; scalar values are runtime arguments. Only the element count is bucketed.
     """
+
+    INPLACE: ClassVar[tuple[str, ...]] = ("x", "ops[")
 
     op = "pointwise"
     ATTRS = ("chain",)

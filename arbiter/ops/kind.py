@@ -95,6 +95,9 @@ class OpKind:
     # This op's own gate rules version (``arbiter.gate``): bump it when what the gate decides for this op alone
     # changes (its oracle, budgets, families, large-shape check); only this op's verdicts are then taken again.
     gate_version: int = 1
+    # The op's special-value semantics as docs/budgets.md's "Special values" table states them (its three cells:
+    # NaN / Inf inputs, masked (-inf) entries, other values), in Markdown; () leaves the op out of the table.
+    special_values: tuple[str, str, str] | tuple[()] = ()
 
     def rows_of(self, region) -> int:
         """The number of output rows ``sub_rows`` splits ``region`` into."""

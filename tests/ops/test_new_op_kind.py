@@ -65,6 +65,8 @@ ROWSUM = OpKind(
     work_text="bytes of x read",
     # torch.ops.arbiter.rowsum: its schema, its region from the op's arguments, its output's shape (the fake kernel)
     torch_op=TorchOp("(Tensor x) -> Tensor", RowSum, lambda x: (x.shape[0],)),
+    # its row of docs/budgets.md's special-values table (NaN / Inf inputs, masked entries, other)
+    special_values=("a NaN or Inf in a row makes its sum NaN or that infinity", "-", "-"),
 )
 
 
@@ -162,9 +164,10 @@ def test_a_new_op_kind_is_a_torch_op_eager_and_compiled(rowsum_op):
 
 
 def test_an_unregistered_op_kind_leaves_the_catalogue_as_published(rowsum_op):
-    assert "nan_rows" in probes.markdown()
+    row = "| rowsum | a NaN or Inf in a row makes its sum NaN or that infinity | - | - |"
+    assert "nan_rows" in probes.markdown() and row in probes.markdown()  # its family and its special values
     unregister_op("rowsum")
-    assert "nan_rows" not in probes.markdown()
+    assert "nan_rows" not in probes.markdown() and row not in probes.markdown()
     register_op_kind(ROWSUM)  # the fixture unregisters it again
 
 

@@ -155,9 +155,18 @@ def _output_shape(x, residual, weight, eps):
     return (2, *x.shape)
 
 
+# Its special-value semantics, as docs/budgets.md's table states them (NaN / Inf inputs, masked entries, other).
+SPECIAL_VALUES = (
+    "the sum x + residual carries IEEE semantics elementwise (+Inf + -Inf is NaN); the normalised rows are "
+    "rmsnorm's of the sum; a NaN or Inf in one input is never masked by the other",
+    "-",
+    "rows with zero first and last elements (rmsnorm's families, on the sum)",
+)
+
 KIND = OpKind("add_rmsnorm", AddRMSNorm, oracle, families=FAMILIES, suite=SUITE, sub_rows=sub_rows,
               row_count=lambda region: region.dims["rows"], parts=(0, 1), work=work,
               work_text="bytes read + written (x, residual, the sum and the normalised rows)",
               torch_reference="arbiter.ops.add_rmsnorm.torch_ref:ref_add_rmsnorm",
               torch_op=TorchOp("(Tensor x, Tensor residual, Tensor weight, float eps) -> Tensor", AddRMSNorm,
-                               _output_shape))
+                               _output_shape),
+              special_values=SPECIAL_VALUES)

@@ -36,7 +36,16 @@ FAMILIES = (
            special=True),
 )
 
+# Its special-value semantics, as docs/budgets.md's table states them (NaN / Inf inputs, masked entries, other).
+SPECIAL_VALUES = (
+    "a NaN row of `x` makes its output row NaN",
+    "-",
+    "-",
+)
+
 KIND = OpKind("gated", regions.Gated, oracle, families=FAMILIES,
               suite=(({"m": 64, "n": 256, "k": 128}, "float32", {}),), product=product,
               torch_reference="arbiter.ops.gated.torch_ref:ref_gated",
-              gate_version=2)  # 2: large shapes checked on random full tiles / each head's own rows (issue 38 item 6)
+              # 2: large shapes checked on random full tiles / each head's own rows (issue 38 item 6)
+              gate_version=2,
+              special_values=SPECIAL_VALUES)

@@ -36,6 +36,16 @@ SUITE: tuple[tuple[dict, str, dict], ...] = (
     ({"rows": 257, "cols": 2048}, "float32", {}),
 )
 
+# Its special-value semantics, as docs/budgets.md's table states them (NaN / Inf inputs, masked entries, other).
+SPECIAL_VALUES = (
+    "a NaN or Inf makes its row NaN",
+    "-",
+    "rows with zero first and last elements; a row exactly constant at any value (131.325, not only small integers)"
+    " is exactly the bias (0 without one): its variance is 0, so a mean that misses the value is magnified by "
+    "1/sqrt(eps)",
+)
+
 KIND = OpKind("layernorm", regions.LayerNorm, oracle, families=rows.norm_families("layernorm", centred=True),
               suite=SUITE, sub_rows=sub_rows, row_pieces=layernorm_pieces, work=rows.work, work_text=rows.WORK_TEXT,
-              torch_reference="arbiter.ops.layernorm.torch_ref:ref_layernorm", call_budget=call_budget)
+              torch_reference="arbiter.ops.layernorm.torch_ref:ref_layernorm", call_budget=call_budget,
+              special_values=SPECIAL_VALUES)

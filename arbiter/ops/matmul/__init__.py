@@ -19,10 +19,20 @@ SUITE: tuple[tuple[dict, str, dict], ...] = (
     ({"m": 96, "n": 80, "k": 72}, "float16", {"activation": "relu"}),
 )
 
+# Its special-value semantics, as docs/budgets.md's table states them (NaN / Inf inputs, masked entries, other).
+SPECIAL_VALUES = (
+    "NaN and +Inf bias columns and Inf/NaN residual elements pass through the activation elementwise; a NaN row of "
+    "`a` (under an activation) makes its output row NaN. NaN/Inf in `a`/`b` of a plain product are not probed: fast"
+    " algorithms (Strassen) spread them to other outputs",
+    "-",
+    "subnormal `a` with unit `b` (subnormal outputs)",
+)
+
 KIND = OpKind("matmul", regions.Matmul, oracle, families=FAMILIES, suite=SUITE, product=product,
               work=products.work, work_text=products.WORK_TEXT,
               torch_reference="arbiter.ops.matmul.torch_ref:ref_matmul", rounding=rounding,
               # 2: large shapes checked on random full tiles / each head's own rows (issue 38 item 6); 3: the
               # nonfinite family's NaN and Inf bias columns drawn apart; 4: the summation order's rounding
               # floor (a correct sgemm where a @ b and bias cancel was refused one gate in 1,500)
-              gate_version=4)
+              gate_version=4,
+              special_values=SPECIAL_VALUES)

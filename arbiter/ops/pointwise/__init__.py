@@ -70,6 +70,14 @@ def sub_rows(region, i0: int, i1: int):
     return regions.Pointwise(region.x[i0:i1], steps), (slice(i0, i1),)
 
 
+# Its special-value semantics, as docs/budgets.md's table states them (NaN / Inf inputs, masked entries, other).
+SPECIAL_VALUES = (
+    "elementwise IEEE semantics step by step; `relu`, `max`, `min` propagate NaN (NumPy's maximum, not fmax)",
+    "-",
+    "magnitudes up to half the dtype's largest value; subnormal inputs (flush to zero fails)",
+)
+
 KIND = OpKind("pointwise", regions.Pointwise, oracle, families=FAMILIES,
               suite=(({"size": 100_000}, "float32", {"chain": "mul[t]>add[s]>relu>tanh"}),), sub_rows=sub_rows,
-              torch_reference="arbiter.ops.pointwise.torch_ref:ref_pointwise")
+              torch_reference="arbiter.ops.pointwise.torch_ref:ref_pointwise",
+              special_values=SPECIAL_VALUES)

@@ -143,7 +143,16 @@ def _output_shape(x, cos, sin):
     return tuple(x.shape)
 
 
+# Its special-value semantics, as docs/budgets.md's table states them (NaN / Inf inputs, masked entries, other).
+SPECIAL_VALUES = (
+    "a NaN in x reaches its own element and its rotation partner's (D/2 apart) only, as x * cos + rotate_half(x) * "
+    "sin computes it",
+    "-",
+    "llama's own cos/sin tables (base 10000, halves equal)",
+)
+
 KIND = OpKind("rope", Rope, oracle, families=FAMILIES, suite=SUITE, work=work,
               work_text="bytes of x read and of the output written",
               torch_reference="arbiter.ops.rope.torch_ref:ref_rope",
-              torch_op=TorchOp("(Tensor x, Tensor cos, Tensor sin) -> Tensor", Rope, _output_shape))
+              torch_op=TorchOp("(Tensor x, Tensor cos, Tensor sin) -> Tensor", Rope, _output_shape),
+              special_values=SPECIAL_VALUES)

@@ -31,7 +31,18 @@ SUITE: tuple[tuple[dict, str, dict], ...] = (
     ({"rows": 128, "cols": 2048}, "float16", {}),
 )
 
+# Its special-value semantics, as docs/budgets.md's table states them (NaN / Inf inputs, masked entries, other).
+SPECIAL_VALUES = (
+    "a NaN or +Inf in a row makes the whole row NaN (x - max is NaN there)",
+    "-inf entries get 0; a leading, trailing or all-but-one masked block is an ordinary row; a fully masked row is "
+    "NaN in every element (0/0: the row has no distribution; NumPy's and torch.softmax's answer)",
+    "rows with zero first and last elements; finfo.min additive masks (`masked_fill(mask, finfo.min)`) are finite "
+    "logits: masked entries get 0 (exp underflows) and a fully padded row is uniform, 1/cols, not NaN",
+)
+
 KIND = OpKind("softmax", regions.Softmax, oracle, families=FAMILIES, suite=SUITE, sub_rows=sub_rows,
               row_count=row_count, row_pieces=softmax_pieces, work=rows.work, work_text=rows.WORK_TEXT,
               torch_reference="arbiter.ops.softmax.torch_ref:ref_softmax",
-              gate_version=3)  # 2: the finfo_min_mask family (issue 38 item 5); 3: inner axes of 3-D/4-D x
+              # 2: the finfo_min_mask family (issue 38 item 5); 3: inner axes of 3-D/4-D x
+              gate_version=3,
+              special_values=SPECIAL_VALUES)
