@@ -55,7 +55,7 @@ def tune(db: str, args: list[str]) -> None:
     if stall:
         import arbiter.cli.tune_run as cli_tune
 
-        real = cli_tune.tune_region
+        real = cli_tune.decide  # the way arbiter tune decides each key (decide.decide with a tune request)
 
         def stalled(region, *a, **kw):
             with open(stall, "w") as f:
@@ -63,7 +63,7 @@ def tune(db: str, args: list[str]) -> None:
             time.sleep(600)  # SIGKILLed here, holding the claim
             return real(region, *a, **kw)
 
-        cli_tune.tune_region = stalled
+        cli_tune.decide = stalled
     from arbiter.cli import app
 
     app(["--db", db, "tune", *args], prog_name="arbiter")
