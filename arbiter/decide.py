@@ -141,7 +141,7 @@ def timing_mode(target, for_capture: bool) -> TimingMode:
     An eager caller's time includes its host work (``stream``: back-to-back calls, host work overlapping the
     previous kernel; small problems are host-bound); a sequence ``arbiter.capture`` records replays with no host
     work between kernels, so ``device`` time decides there. On the CPU the modes coincide: ``device``."""
-    if for_capture or (targets.get(target) if isinstance(target, str) else target).host_clock:
+    if for_capture or target.host_clock:  # target: the ``Target`` (resolved once by its caller)
         return TimingMode.DEVICE
     return TimingMode.STREAM
 

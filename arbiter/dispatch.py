@@ -388,8 +388,8 @@ def _prepare_capture(route: Route, region, decision=None) -> None:
         from arbiter.errors import NoCandidateError
 
         # ARBITER_DISABLE's routes keep their verdicts in memory: the registry is not opened for them either.
-        st = _state.scratch if route.chosen_by == ChosenBy.DISABLED and _state.scratch is not None else store()
         disabled = route.chosen_by == ChosenBy.DISABLED  # its counts are never flushed either
+        st = _state.scratch if disabled and _state.scratch is not None else store()
         try:
             found = decide(region, _request.capture_standin(disabled), st)
         except NoCandidateError:
@@ -523,7 +523,7 @@ def _how(decision) -> str:
 def tune_mode(region) -> TimingMode:
     """The timing mode a miss under policy tune decides ``region``'s key by (``decide.timing_mode``: the mode the
     caller runs in, DESIGN.md contract 3)."""
-    return timing_mode(region.target, _state.for_capture > 0)
+    return timing_mode(targets.get(region.target), _state.for_capture > 0)
 
 
 def arbitrate(op: str, region, force: str | None = None):

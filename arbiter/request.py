@@ -18,7 +18,7 @@ entered selection apart from the miss's ``decide``.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from arbiter.solution import TextEnum, TimingMode
@@ -77,10 +77,6 @@ class Request:
     runner: Any = field(default=None, compare=False)
     progress: Any = field(default=None, compare=False)
     timing_lock: Any = field(default=None, compare=False)
-
-    def but(self, **changes) -> Request:
-        """This request with ``changes`` (``dataclasses.replace``)."""
-        return replace(self, **changes)
 
 
 def arbitrate(force: str | None = None) -> Request:
